@@ -1,0 +1,5 @@
+"""``python -m wildtrace``: the Hydra app."""
+
+from wildtrace.app import main
+
+main()

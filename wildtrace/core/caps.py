@@ -1,0 +1,75 @@
+"""Context caps and the CJK rule (spec §3).
+
+The document is measured in characters (Python ``str`` length of the UTF-8 file as it
+is). CJK documents get the smaller cjk cap because they pack more tokens per character.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+#: Only the first this-many characters are inspected for ideographs.
+CJK_WINDOW = 4000
+#: More than this many ideographs in the window selects the cjk cap (21 does, 20 does not).
+CJK_THRESHOLD = 20
+#: The one range the spec counts: 一 (U+4E00) to 鿿 (U+9FFF). Extension A, compatibility
+#: ideographs, kana and hangul deliberately do not count.
+CJK_FIRST, CJK_LAST = "\u4e00", "\u9fff"
+
+IN_SCOPE = "in_scope"
+OUT_OF_CONTEXT = "out_of_context_scope"
+
+
+@dataclass(frozen=True)
+class Caps:
+    """A model's context caps in characters (spec §3 table: en / cjk)."""
+
+    en: int
+    cjk: int
+
+
+@dataclass(frozen=True)
+class CapsDecision:
+    """Everything the caps rule looked at and what it decided, recorded per task."""
+
+    doc_chars: int
+    ideographs: int
+    cap_kind: str  # "en" | "cjk"
+    cap: int
+    scope: str  # IN_SCOPE | OUT_OF_CONTEXT
+
+    @property
+    def in_scope(self) -> bool:
+        """True when the document fits and may be sent."""
+        return self.scope == IN_SCOPE
+
+    def to_dict(self) -> dict:
+        """Plain dict for JSON rows."""
+        return asdict(self)
+
+
+def count_ideographs(text: str) -> int:
+    """Count U+4E00–U+9FFF ideographs in the first CJK_WINDOW characters of ``text``."""
+    return sum(1 for ch in text[:CJK_WINDOW] if CJK_FIRST <= ch <= CJK_LAST)
+
+
+def is_cjk(ideographs: int) -> bool:
+    """The spec's test: strictly more than 20 ideographs in the window."""
+    return ideographs > CJK_THRESHOLD
+
+
+def decide(doc_chars: int, ideographs: int, caps: Caps) -> CapsDecision:
+    """Apply the cap: ``doc_chars > cap`` is out of context scope (equal is in scope).
+
+    Takes the document's length and its ideograph count rather than the text so that the
+    loader can measure a large corpus once without keeping every document in memory.
+    """
+    kind = "cjk" if is_cjk(ideographs) else "en"
+    cap = caps.cjk if kind == "cjk" else caps.en
+    scope = OUT_OF_CONTEXT if doc_chars > cap else IN_SCOPE
+    return CapsDecision(doc_chars=doc_chars, ideographs=ideographs, cap_kind=kind, cap=cap, scope=scope)
+
+
+def decide_for_text(document: str, caps: Caps) -> CapsDecision:
+    """Convenience: the caps decision for a document held in memory."""
+    return decide(len(document), count_ideographs(document), caps)

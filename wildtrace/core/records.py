@@ -1,0 +1,119 @@
+"""Typed outcome records: one per task answer, one per (task, judge) call.
+
+Failures are outcomes with a status and a reason — never substituted text, never a
+silent zero. These rows are what responses.json, judgments.json, scores.json and the
+MLflow tables are made of, and what a later report reads back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# Answer statuses (responses.json).
+ANSWERED = "answered"
+FAILED = "failed"
+OUT_OF_CONTEXT = "out_of_context_scope"
+# Task statuses (scores.json) add these.
+SCORED = "scored"
+UNSCORED = "unscored"
+MISSING = "missing"
+# Judgment statuses.
+JUDGED = "scored"
+UNAVAILABLE = "unavailable"
+
+# Failure reasons for a call.
+REFUSAL = "refusal"
+EMPTY_OUTPUT = "empty_output"
+CONTEXT_LENGTH = "context_length"
+RETRIES_EXHAUSTED = "retries_exhausted"
+HTTP_ERROR = "http_error"
+TRANSPORT_ERROR = "transport_error"
+BAD_RESPONSE = "bad_response"
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Token counts as the provider reports them (None where it reports nothing)."""
+
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    reasoning_tokens: int | None = None
+
+    def to_dict(self) -> dict:
+        """Plain dict for JSON rows."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A provider's 2xx reply, parsed: answer text (or None), why it stopped, a refusal."""
+
+    text: str | None
+    finish_reason: str | None
+    usage: Usage = field(default_factory=Usage)
+    refusal: str | None = None  # the provider's refusal signal or message, if any
+
+
+@dataclass(frozen=True)
+class CallResult:
+    """One logical call (all its attempts): the outcome the rest of the harness sees."""
+
+    ok: bool
+    text: str | None
+    reason: str | None
+    error: str | None
+    finish_reason: str | None
+    usage: Usage
+    attempts: int
+    latency_s: float
+    http_status: int | None
+    raw: Any  # the provider's JSON (or error body) as received
+
+
+@dataclass
+class AnswerRecord:
+    """A task's row in responses.json."""
+
+    question_id: str
+    status: str
+    caps: dict
+    reason: str | None = None
+    response: str | None = None
+    finish_reason: str | None = None
+    usage: dict = field(default_factory=dict)
+    error: str | None = None
+    attempts: int = 0
+    latency_s: float | None = None
+    http_status: int | None = None
+    prompt_sha256: str | None = None
+    raw: Any = None
+
+    def to_dict(self) -> dict:
+        """Plain dict for JSON rows."""
+        return asdict(self)
+
+
+@dataclass
+class JudgmentRecord:
+    """One (task, judge) row in judgments.json."""
+
+    question_id: str
+    judge: str
+    status: str
+    reason: str | None
+    total: float | None
+    score: float | None
+    parsed: dict | None
+    reply: str | None
+    error: str | None
+    usage: dict
+    attempts: int
+    latency_s: float | None
+    http_status: int | None
+    prompt_sha256: str
+    raw: Any = None
+
+    def to_dict(self) -> dict:
+        """Plain dict for JSON rows."""
+        return asdict(self)

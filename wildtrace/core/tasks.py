@@ -1,0 +1,163 @@
+"""Task records: the release's JSON shape, validated once into typed objects.
+
+Parsing works on already-decoded JSON data so that it stays pure; runtime/dataset.py
+reads the files. Every problem names the file, the record and the field, because a
+benchmark run that dies on task 300 after paying for 299 answers is the failure to avoid.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Kept where present, for breakdowns (paradigm, tier) and provenance (freeze, release).
+META_FIELDS = ("paradigm", "context_tier", "corpus_id", "doc_token_estimate", "freeze_id", "release_version", "language")
+
+
+class DatasetError(ValueError):
+    """Bad input, found before any request. The message names file, record and field."""
+
+
+@dataclass(frozen=True)
+class RubricItem:
+    """One rubric line: the points it is worth and what earns them."""
+
+    points: int | float
+    criterion: str
+
+
+@dataclass(frozen=True)
+class Task:
+    """One benchmark question over one corpus file."""
+
+    question_id: str
+    question_text: str
+    corpus_file: str
+    rubric: tuple[RubricItem, ...]
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def max_points(self) -> float:
+        """Sum of the rubric's points (100 in the release)."""
+        return float(sum(item.points for item in self.rubric))
+
+
+def where(source: str, index: int, record: Any) -> str:
+    """``file record #i (question_id=…)`` prefix for error messages."""
+    qid = record.get("question_id") if isinstance(record, Mapping) else None
+    suffix = f" (question_id={qid!r})" if qid is not None else ""
+    return f"{source}: record #{index}{suffix}"
+
+
+def _required_str(record: Mapping[str, Any], key: str, at: str) -> str:
+    value = record.get(key)
+    if value is None:
+        raise DatasetError(f"{at}: missing field '{key}'")
+    if not isinstance(value, str) or not value.strip():
+        raise DatasetError(f"{at}: field '{key}' must be a non-empty string, got {value!r:.80}")
+    return value
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def parse_rubric(raw: Any, at: str) -> tuple[RubricItem, ...]:
+    """Validate ``ground_truth.scoring_rubric``: a non-empty list of {points, correct_criterion}.
+
+    Some releases store the rubric as a JSON-encoded string; that is accepted too.
+    """
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise DatasetError(f"{at}: field 'ground_truth.scoring_rubric' is a string but not JSON: {exc}") from exc
+    if not isinstance(raw, list) or not raw:
+        raise DatasetError(f"{at}: field 'ground_truth.scoring_rubric' must be a non-empty list")
+    items = []
+    for j, item in enumerate(raw):
+        key = f"ground_truth.scoring_rubric[{j}]"
+        if not isinstance(item, Mapping):
+            raise DatasetError(f"{at}: field '{key}' must be an object with points and correct_criterion")
+        points = item.get("points")
+        if not _is_number(points) or points < 0:
+            raise DatasetError(f"{at}: field '{key}.points' must be a non-negative number, got {points!r}")
+        criterion = item.get("correct_criterion")
+        if not isinstance(criterion, str) or not criterion.strip():
+            raise DatasetError(f"{at}: field '{key}.correct_criterion' must be a non-empty string")
+        items.append(RubricItem(points=points, criterion=criterion))
+    return tuple(items)
+
+
+def parse_task(record: Any, source: str, index: int) -> Task:
+    """One record → Task, or a DatasetError naming where and what."""
+    at = where(source, index, record)
+    if not isinstance(record, Mapping):
+        raise DatasetError(f"{at}: a task must be a JSON object, got {type(record).__name__}")
+    question_id = record.get("question_id")
+    if isinstance(question_id, int) and not isinstance(question_id, bool):
+        question_id = str(question_id)
+    if not isinstance(question_id, str) or not question_id.strip():
+        raise DatasetError(f"{at}: missing field 'question_id'")
+    ground_truth = record.get("ground_truth")
+    if not isinstance(ground_truth, Mapping):
+        raise DatasetError(f"{at}: missing field 'ground_truth' (an object holding scoring_rubric)")
+    if "scoring_rubric" not in ground_truth:
+        raise DatasetError(f"{at}: missing field 'ground_truth.scoring_rubric'")
+    meta = {k: record[k] for k in META_FIELDS if record.get(k) is not None}
+    return Task(
+        question_id=question_id,
+        question_text=_required_str(record, "question_text", at),
+        corpus_file=_required_str(record, "corpus_file", at),
+        rubric=parse_rubric(ground_truth["scoring_rubric"], at),
+        meta=meta,
+    )
+
+
+def records_of(data: Any, source: str) -> Sequence[Any]:
+    """The task list inside a decoded file: a list, or an object with ``tasks`` / ``data``."""
+    if isinstance(data, list):
+        return data
+    if isinstance(data, Mapping):
+        for key in ("tasks", "data"):
+            if isinstance(data.get(key), list):
+                return data[key]
+    raise DatasetError(f"{source}: expected a JSON list of tasks, or an object with a 'tasks' or 'data' list")
+
+
+def parse_tasks(records: Iterable[Any], source: str) -> list[Task]:
+    """Validate every record, refusing duplicate question_ids."""
+    tasks: list[Task] = []
+    seen: dict[str, int] = {}
+    for index, record in enumerate(records):
+        task = parse_task(record, source, index)
+        if task.question_id in seen:
+            raise DatasetError(
+                f"{source}: record #{index}: duplicate question_id {task.question_id!r} "
+                f"(first at record #{seen[task.question_id]})"
+            )
+        seen[task.question_id] = index
+        tasks.append(task)
+    if not tasks:
+        raise DatasetError(f"{source}: no tasks")
+    return tasks
+
+
+def select(tasks: Sequence[Task], ids: Sequence[str] | None, limit: int | None, source: str) -> list[Task]:
+    """Apply ``dataset.ids`` (in file order) then ``dataset.limit`` (first N)."""
+    chosen = list(tasks)
+    if ids:
+        known = {t.question_id for t in tasks}
+        unknown = [i for i in ids if i not in known]
+        if unknown:
+            raise DatasetError(f"{source}: dataset.ids names unknown question_id(s): {', '.join(map(str, unknown))}")
+        wanted = set(ids)
+        chosen = [t for t in chosen if t.question_id in wanted]
+    if limit is not None:
+        if limit < 1:
+            raise DatasetError(f"dataset.limit must be at least 1, got {limit}")
+        chosen = chosen[:limit]
+    return chosen

@@ -1,0 +1,127 @@
+"""Panel reduction and the two denominator views (spec §5), as DataFrame functions.
+
+Long format in, small frames and dicts out. Column names are defined once here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import pandas as pd
+
+from wildtrace.core import records as R
+
+# Column names, defined once.
+QID, JUDGE, STATUS, SCORE, TOTAL, REASON = "question_id", "judge", "status", "score", "total", "reason"
+PARADIGM, TIER = "paradigm", "context_tier"
+
+
+def judgments_frame(rows: Iterable[Mapping]) -> pd.DataFrame:
+    """One row per (task, judge) call, with at least question_id, judge, status, score."""
+    frame = pd.DataFrame(list(rows), columns=None)
+    if frame.empty:
+        frame = pd.DataFrame(columns=[QID, JUDGE, STATUS, SCORE, TOTAL, REASON])
+    return frame
+
+
+def task_scores(answer_status: Mapping[str, str], judgments: pd.DataFrame) -> pd.DataFrame:
+    """Per task: status and score (the mean of the available judges).
+
+    ``answer_status`` maps every task of the run to its answer status (answered, failed,
+    out_of_context_scope, missing). Answered tasks with no available judge are
+    ``unscored``; only ``scored`` tasks carry a score.
+    """
+    available = judgments[judgments[STATUS] == R.JUDGED] if len(judgments) else judgments
+    means = available.groupby(QID)[SCORE].mean() if len(available) else pd.Series(dtype=float)
+    rows = []
+    for qid, status in answer_status.items():
+        if status == R.ANSWERED:
+            score = means.get(qid)
+            rows.append({QID: qid, STATUS: R.SCORED if score is not None and pd.notna(score) else R.UNSCORED,
+                         SCORE: float(score) if score is not None and pd.notna(score) else None})
+        else:
+            rows.append({QID: qid, STATUS: status, SCORE: None})
+    return pd.DataFrame(rows, columns=[QID, STATUS, SCORE])
+
+
+def scored_view(tasks: pd.DataFrame) -> tuple[float | None, int]:
+    """Scored: mean over valid scored responses, and their number n."""
+    scored = tasks.loc[tasks[STATUS] == R.SCORED, SCORE].astype(float)
+    return (float(scored.mean()) if len(scored) else None), int(len(scored))
+
+
+def all_view(tasks: pd.DataFrame, n_total: int | None = None) -> float | None:
+    """All (All481 on the full release): every attempted task is the denominator.
+
+    Missing, failed, unscored and out-of-context rows count as 0. ``n_total`` defaults
+    to the number of rows; pass the release size to zero-fill tasks absent from ``tasks``.
+    """
+    denominator = len(tasks) if n_total is None else n_total
+    if denominator == 0:
+        return None
+    return float(tasks[SCORE].astype(float).fillna(0.0).sum()) / denominator
+
+
+def judge_means(judgments: pd.DataFrame) -> dict[str, dict]:
+    """Per judge: mean score over its available judgments, n, and the unavailable rate."""
+    out: dict[str, dict] = {}
+    for judge, group in judgments.groupby(JUDGE, sort=True):
+        ok = group[group[STATUS] == R.JUDGED]
+        out[str(judge)] = {
+            "mean": float(ok[SCORE].astype(float).mean()) if len(ok) else None,
+            "n": int(len(ok)),
+            "n_unavailable": int(len(group) - len(ok)),
+            "unavailable_rate": float((len(group) - len(ok)) / len(group)) if len(group) else None,
+        }
+    return out
+
+
+def percent(value: float | None) -> float | None:
+    """0–1 → %, rounded for the headline (None stays None)."""
+    return None if value is None else round(100.0 * value, 4)
+
+
+def summarize(tasks: pd.DataFrame, judgments: pd.DataFrame, n_total: int | None = None) -> dict:
+    """The headline block of scores.json: both views and the counts."""
+    scored, n_scored = scored_view(tasks)
+    overall = all_view(tasks, n_total)
+    counts = tasks[STATUS].value_counts()
+    return {
+        "overall": percent(overall),
+        "scored": percent(scored),
+        "n_total": int(n_total if n_total is not None else len(tasks)),
+        "n_scored": n_scored,
+        "n_out_of_context": int(counts.get(R.OUT_OF_CONTEXT, 0)),
+        "n_failed": int(counts.get(R.FAILED, 0)),
+        "n_unscored": int(counts.get(R.UNSCORED, 0)),
+        "n_missing": int(counts.get(R.MISSING, 0)),
+        "judges": judge_means(judgments),
+    }
+
+
+def breakdown(tasks: pd.DataFrame, meta: pd.DataFrame, by: str) -> pd.DataFrame:
+    """Both views per value of a task attribute (paradigm, context_tier)."""
+    merged = tasks.merge(meta[[QID, by]], on=QID, how="left")
+    rows = []
+    for value, group in merged.groupby(by, dropna=False, sort=True):
+        scored, n_scored = scored_view(group)
+        rows.append({by: value, "all": all_view(group), "scored": scored, "n": int(len(group)), "n_scored": n_scored})
+    return pd.DataFrame(rows, columns=[by, "all", "scored", "n", "n_scored"])
+
+
+def matched_panel(runs: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """Robustness check (spec §5): each model's mean over the tasks *every* model scored.
+
+    ``runs`` maps a model label to its task_scores frame. Not the headline denominator:
+    it drops exactly the long-context access failures the All view is meant to count.
+    """
+    if not runs:
+        return pd.DataFrame(columns=["model", "matched", "n"])
+    scored_sets = [set(f.loc[f[STATUS] == R.SCORED, QID]) for f in runs.values()]
+    common = set.intersection(*scored_sets)
+    rows = []
+    for label, frame in runs.items():
+        subset = frame[frame[QID].isin(common)]
+        rows.append({"model": label, "matched": float(subset[SCORE].astype(float).mean()) if len(subset) else None,
+                     "n": int(len(subset))})
+    return pd.DataFrame(rows, columns=["model", "matched", "n"])

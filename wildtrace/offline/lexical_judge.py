@@ -1,0 +1,56 @@
+"""A deterministic lexical judge, replying in the spec's JSON shape.
+
+It awards an item's points when at least THRESHOLD of the item's content words occur in
+the response. Crude by design: it exists so the offline default exercises the same judge
+prompt, reply parser and panel mean as the paper's LLM judges.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from wildtrace.core.prompts import JUDGE_RESPONSE, JUDGE_RUBRIC, JUDGE_TAIL
+from wildtrace.offline.text import tokens
+
+THRESHOLD = 0.5
+_ITEM = re.compile(r"^P(\d+) \((.+?)pts\): (.*)$")
+
+
+def split_judge_prompt(prompt: str) -> tuple[list[tuple[float, str]], str]:
+    """Recover ([(points, criterion)], response) from the spec's judge prompt."""
+    head, sep, rest = prompt.partition(JUDGE_RUBRIC)
+    if not sep or not prompt.endswith(JUDGE_TAIL):
+        raise ValueError("not a WildTrace judge prompt")
+    rubric_text, sep, response = rest.partition(JUDGE_RESPONSE)
+    if not sep:
+        raise ValueError("judge prompt has no RESPONSE section")
+    response = response[: len(response) - len(JUDGE_TAIL)]
+    items = []
+    for line in rubric_text.splitlines():
+        match = _ITEM.match(line)
+        if match:
+            items.append((float(match.group(2)), match.group(3)))
+        elif items:  # a criterion that itself held a newline
+            items[-1] = (items[-1][0], items[-1][1] + "\n" + line)
+    return items, response
+
+
+def award(criterion: str, response: str, threshold: float = THRESHOLD) -> bool:
+    """True when enough of the criterion's distinct content words appear in the response."""
+    wanted = set(tokens(criterion))
+    if not wanted:
+        return False
+    have = set(tokens(response))
+    return len(wanted & have) / len(wanted) >= threshold
+
+
+def _number(value: float) -> int | float:
+    return int(value) if float(value).is_integer() else value
+
+
+def judge_reply(prompt: str) -> str:
+    """The judge's reply text for one judge prompt: ``{"points_awarded":[…],"total":…}``."""
+    items, response = split_judge_prompt(prompt)
+    points = [_number(p) if award(c, response) else 0 for p, c in items]
+    return json.dumps({"points_awarded": points, "total": _number(sum(points))})

@@ -1,0 +1,99 @@
+"""The provider interface: a pure request builder and a pure response parser."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from wildtrace.core.records import Completion
+
+
+@dataclass(frozen=True)
+class EndpointSpec:
+    """One endpoint to call: the model under test, or one judge.
+
+    ``label`` names it in records ("model", or the judge's key). ``api_key_env`` is the
+    NAME of the variable that holds the key; the key itself never lives in a spec.
+    """
+
+    label: str
+    name: str
+    provider: str
+    route: str
+    base_url: str
+    api_key_env: str | None
+    max_concurrency: int
+    timeout_s: float
+    send_temperature: bool = True
+    budget_field: str = "max_tokens"
+    extra_body: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Decoding settings for one call: temperature (None = omit it) and the token budget."""
+
+    temperature: float | None
+    max_tokens: int
+
+
+@dataclass(frozen=True)
+class WireRequest:
+    """An HTTP POST to make: URL, JSON body and non-secret headers."""
+
+    url: str
+    body: dict
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+def merge_extra(body: dict, extra: Mapping[str, Any]) -> dict:
+    """Merge ``extra_body`` into a request body (nested mappings merge, the rest replaces)."""
+    out = dict(body)
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = merge_extra(dict(out[key]), value)
+        else:
+            out[key] = value
+    return out
+
+
+class Provider(ABC):
+    """A wire format. Subclasses are pure: no sockets, no clocks, no environment."""
+
+    name: ClassVar[str]
+
+    def __init__(self, spec: EndpointSpec) -> None:
+        self.spec = spec
+
+    def temperature(self, sampling: Sampling) -> float | None:
+        """The temperature to send, or None when the endpoint must not get one."""
+        return sampling.temperature if self.spec.send_temperature else None
+
+    @abstractmethod
+    def build_request(self, prompt: str, sampling: Sampling) -> WireRequest:
+        """The request for one single-turn user prompt."""
+
+    @abstractmethod
+    def auth_headers(self, api_key: str) -> dict[str, str]:
+        """Headers that carry the key (kept apart so the key never enters a cache key or log)."""
+
+    @abstractmethod
+    def parse_response(self, payload: Any) -> Completion:
+        """Parse a 2xx JSON body; raise ValueError when it is not the expected shape."""
+
+    def error_message(self, payload: Any) -> str:
+        """The provider's own words from an error body."""
+        if isinstance(payload, Mapping):
+            err = payload.get("error", payload)
+            if isinstance(err, Mapping) and err.get("message"):
+                return str(err["message"])
+            if isinstance(err, str):
+                return err
+        return str(payload)[:2000]
+
+
+def as_int(value: Any) -> int | None:
+    """A token count from a usage block, or None when absent or not a number."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

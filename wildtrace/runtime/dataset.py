@@ -1,0 +1,124 @@
+"""Reading the tasks file and measuring the corpus, once, before any request.
+
+Every check that can fail on the data runs here, up front: a run that would die on task
+300 after paying for 299 answers must instead die before the first request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from wildtrace.core.caps import count_ideographs
+from wildtrace.core.tasks import DatasetError, Task, parse_tasks, records_of, select, where
+
+CORPUS_PREFIX = "corpus/"
+
+
+@dataclass(frozen=True)
+class DocumentInfo:
+    """What the caps rule and provenance need from a corpus file, without its text."""
+
+    path: Path
+    chars: int
+    ideographs: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """The selected tasks, their measured documents, and the tasks file's identity."""
+
+    tasks: list[Task]
+    documents: dict[str, DocumentInfo]  # by corpus_file as written in the task
+    tasks_path: Path
+    tasks_sha256: str
+    corpus_dir: Path
+
+    def document(self, task: Task) -> DocumentInfo:
+        """The measured document of a task."""
+        return self.documents[task.corpus_file]
+
+
+def read_records(path: Path) -> list:
+    """Decode a tasks file: JSON (list, or object with tasks/data) or JSON Lines."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise DatasetError(f"{path}: tasks file not found") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise DatasetError(f"{path}: not UTF-8 ({exc})") from None
+    try:
+        return list(records_of(json.loads(text), str(path)))
+    except json.JSONDecodeError as whole:
+        lines = [(n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
+        if len(lines) < 2:
+            raise DatasetError(f"{path}: malformed JSON: {whole}") from None
+        records = []
+        for n, line in lines:
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise DatasetError(f"{path}: line {n}: malformed JSON Lines record: {exc}") from None
+        return records
+
+
+def resolve_corpus_file(corpus_dir: Path, corpus_file: str, at: str) -> Path:
+    """``corpus_file`` inside ``corpus_dir``, with or without the release's ``corpus/`` prefix.
+
+    Refuses absolute paths and anything that resolves outside the corpus folder.
+    """
+    root = corpus_dir.resolve()
+    relative = Path(corpus_file)
+    if relative.is_absolute():
+        raise DatasetError(f"{at}: field 'corpus_file' {corpus_file!r} is an absolute path; it must lie inside {root}")
+    candidates = [relative]
+    if corpus_file.startswith(CORPUS_PREFIX):
+        candidates.insert(0, Path(corpus_file[len(CORPUS_PREFIX):]))
+    for candidate in candidates:
+        path = (root / candidate).resolve()
+        if not path.is_relative_to(root):
+            raise DatasetError(f"{at}: field 'corpus_file' {corpus_file!r} leaves the corpus folder {root}")
+        if path.is_file():
+            return path
+    raise DatasetError(f"{at}: field 'corpus_file': corpus file {corpus_file!r} not found in {root}")
+
+
+def read_document(path: Path) -> str:
+    """The document exactly as the file holds it: strict UTF-8, no newline translation."""
+    return path.read_bytes().decode("utf-8")
+
+
+def measure(path: Path, at: str) -> DocumentInfo:
+    """Length in characters, ideographs in the CJK window, sha256 of the bytes."""
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DatasetError(f"{at}: corpus file {path} is not UTF-8 ({exc})") from None
+    return DocumentInfo(path=path, chars=len(text), ideographs=count_ideographs(text), sha256=hashlib.sha256(raw).hexdigest())
+
+
+def load_dataset(tasks_file: str | Path, corpus_dir: str | Path, ids: Sequence[str] | None = None,
+                 limit: int | None = None) -> Dataset:
+    """Read, validate and select tasks, then measure every corpus file they use."""
+    tasks_path, corpus = Path(tasks_file), Path(corpus_dir)
+    if not corpus.is_dir():
+        raise DatasetError(f"{corpus}: corpus folder not found (dataset.corpus)")
+    records = read_records(tasks_path)
+    tasks = select(parse_tasks(records, str(tasks_path)), ids, limit, str(tasks_path))
+    index_of = {str(r.get("question_id")): i for i, r in enumerate(records) if isinstance(r, dict)}
+    documents: dict[str, DocumentInfo] = {}
+    for task in tasks:
+        if task.corpus_file in documents:
+            continue
+        i = index_of.get(task.question_id, 0)
+        at = where(str(tasks_path), i, records[i])
+        documents[task.corpus_file] = measure(resolve_corpus_file(corpus, task.corpus_file, at), at)
+    return Dataset(tasks=tasks, documents=documents, tasks_path=tasks_path,
+                   tasks_sha256=hashlib.sha256(tasks_path.read_bytes()).hexdigest(), corpus_dir=corpus)

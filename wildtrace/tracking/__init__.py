@@ -1,0 +1,1 @@
+"""MLflow, in one place. Imported lazily: a run without MLflow never pays its import."""
