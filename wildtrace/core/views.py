@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 import pandas as pd
 
 from wildtrace.core import records as R
+from wildtrace.core.judging import panel_mean
 
 # Column names, defined once.
 QID, JUDGE, STATUS, SCORE, TOTAL, REASON = "question_id", "judge", "status", "score", "total", "reason"
@@ -32,15 +33,13 @@ def task_scores(answer_status: Mapping[str, str], judgments: pd.DataFrame) -> pd
     ``unscored``; only ``scored`` tasks carry a score.
     """
     available = judgments[judgments[STATUS] == R.JUDGED] if len(judgments) else judgments
-    means = available.groupby(QID)[SCORE].mean() if len(available) else pd.Series(dtype=float)
+    by_task = {qid: list(group[SCORE].astype(float)) for qid, group in available.groupby(QID)} if len(available) else {}
     rows = []
     for qid, status in answer_status.items():
+        score = panel_mean(by_task.get(qid, [])) if status == R.ANSWERED else None
         if status == R.ANSWERED:
-            score = means.get(qid)
-            rows.append({QID: qid, STATUS: R.SCORED if score is not None and pd.notna(score) else R.UNSCORED,
-                         SCORE: float(score) if score is not None and pd.notna(score) else None})
-        else:
-            rows.append({QID: qid, STATUS: status, SCORE: None})
+            status = R.UNSCORED if score is None else R.SCORED
+        rows.append({QID: qid, STATUS: status, SCORE: score})
     return pd.DataFrame(rows, columns=[QID, STATUS, SCORE])
 
 

@@ -1,0 +1,92 @@
+"""Panel reduction and both denominator views against hand-computed numbers."""
+
+import pandas as pd
+import pytest
+
+from wildtrace.core import views
+from wildtrace.core.records import ANSWERED, FAILED, MISSING, OUT_OF_CONTEXT
+
+# Five tasks: t1 three judges, t2 one judge unavailable, t3 all judges unavailable,
+# t4 out of context, t5 failed answer.
+JUDGMENTS = views.judgments_frame(
+    [
+        {"question_id": "t1", "judge": "a", "status": "scored", "score": 0.9},
+        {"question_id": "t1", "judge": "b", "status": "scored", "score": 0.6},
+        {"question_id": "t1", "judge": "c", "status": "scored", "score": 0.3},
+        {"question_id": "t2", "judge": "a", "status": "scored", "score": 1.0},
+        {"question_id": "t2", "judge": "b", "status": "unavailable", "score": None},
+        {"question_id": "t2", "judge": "c", "status": "scored", "score": 0.5},
+        {"question_id": "t3", "judge": "a", "status": "unavailable", "score": None},
+        {"question_id": "t3", "judge": "b", "status": "unavailable", "score": None},
+        {"question_id": "t3", "judge": "c", "status": "unavailable", "score": None},
+    ]
+)
+STATUS = {"t1": ANSWERED, "t2": ANSWERED, "t3": ANSWERED, "t4": OUT_OF_CONTEXT, "t5": FAILED}
+
+
+def test_task_scores():
+    tasks = views.task_scores(STATUS, JUDGMENTS).set_index("question_id")
+    assert tasks.loc["t1", "score"] == pytest.approx(0.6)  # (0.9 + 0.6 + 0.3) / 3
+    assert tasks.loc["t2", "score"] == pytest.approx(0.75)  # (1.0 + 0.5) / 2: the unavailable judge is not a 0
+    assert list(tasks["status"]) == ["scored", "scored", "unscored", OUT_OF_CONTEXT, FAILED]
+    assert tasks.loc[["t3", "t4", "t5"], "score"].isna().all()
+
+
+def test_views_hand_computed():
+    tasks = views.task_scores(STATUS, JUDGMENTS)
+    scored, n = views.scored_view(tasks)
+    assert (scored, n) == (pytest.approx((0.6 + 0.75) / 2), 2)
+    assert views.all_view(tasks) == pytest.approx((0.6 + 0.75) / 5)
+    # The release's 481 denominator zero-fills tasks absent from the frame.
+    assert views.all_view(tasks, n_total=481) == pytest.approx(1.35 / 481)
+
+
+def test_summarize_counts_and_judges():
+    summary = views.summarize(views.task_scores(STATUS, JUDGMENTS), JUDGMENTS)
+    assert summary["overall"] == pytest.approx(27.0)
+    assert summary["scored"] == pytest.approx(67.5)
+    assert {k: summary[k] for k in ("n_total", "n_scored", "n_out_of_context", "n_failed", "n_unscored", "n_missing")} == {
+        "n_total": 5, "n_scored": 2, "n_out_of_context": 1, "n_failed": 1, "n_unscored": 1, "n_missing": 0}
+    assert summary["judges"]["a"] == {"mean": pytest.approx(0.95), "n": 2, "n_unavailable": 1,
+                                      "unavailable_rate": pytest.approx(1 / 3)}
+    assert summary["judges"]["b"]["mean"] == pytest.approx(0.6)
+    assert summary["judges"]["b"]["n_unavailable"] == 2
+
+
+def test_missing_rows_are_zero_filled():
+    tasks = views.task_scores({"t1": ANSWERED, "t9": MISSING}, JUDGMENTS)
+    summary = views.summarize(tasks, JUDGMENTS)
+    assert summary["n_missing"] == 1
+    assert summary["overall"] == pytest.approx(30.0)
+    assert summary["scored"] == pytest.approx(60.0)
+
+
+def test_no_scored_task_gives_none_not_zero():
+    tasks = views.task_scores({"t4": OUT_OF_CONTEXT}, views.judgments_frame([]))
+    assert views.scored_view(tasks) == (None, 0)
+    assert views.all_view(tasks) == 0.0
+    assert views.summarize(tasks, views.judgments_frame([]))["scored"] is None
+
+
+def test_breakdown_per_paradigm():
+    tasks = views.task_scores(STATUS, JUDGMENTS)
+    meta = pd.DataFrame({"question_id": list(STATUS), "paradigm": ["causal", "causal", "temporal", "temporal", "causal"]})
+    table = views.breakdown(tasks, meta, "paradigm").set_index("paradigm")
+    assert table.loc["causal", "all"] == pytest.approx((0.6 + 0.75) / 3)
+    assert table.loc["causal", "scored"] == pytest.approx(0.675)
+    assert table.loc["temporal", "all"] == 0.0
+    assert table.loc["temporal", "scored"] is None or pd.isna(table.loc["temporal", "scored"])
+    assert int(table.loc["causal", "n"]) == 3
+
+
+def test_matched_panel_uses_only_tasks_every_model_scored():
+    def frame(scores):
+        return pd.DataFrame([{"question_id": q, "status": "scored" if s is not None else OUT_OF_CONTEXT, "score": s}
+                             for q, s in scores.items()])
+
+    runs = {"long": frame({"q1": 0.8, "q2": 0.6, "q3": 0.4}), "short": frame({"q1": 0.2, "q2": None, "q3": 0.6})}
+    table = views.matched_panel(runs).set_index("model")
+    assert table.loc["long", "matched"] == pytest.approx(0.6)  # q1, q3
+    assert table.loc["short", "matched"] == pytest.approx(0.4)
+    assert set(table["n"]) == {2}
+    assert views.matched_panel({}).empty
