@@ -1,0 +1,294 @@
+"""wildtrace.download against a real local server speaking the slice of the Hub API snapshot_download uses.
+
+huggingface_hub reads HF_ENDPOINT and HF_HUB_OFFLINE into module constants at import time, so each
+download runs as ``python -m wildtrace.download`` in a subprocess with its own environment.
+
+The emulated endpoints (huggingface_hub 2.x, read from its source):
+  GET  /api/agent-harnesses                          User-Agent agent detection (only with telemetry on)
+  GET  /api/datasets/{repo}/revision/{rev}           repo_info: the commit sha (+ siblings)
+  GET  /api/datasets/{repo}/tree/{sha}?recursive=... list_repo_tree: path, size, oid per entry
+  HEAD /datasets/{repo}/resolve/{sha}/{path}         metadata: X-Repo-Commit, ETag, Content-Length
+  GET  /datasets/{repo}/resolve/{sha}/{path}         the bytes
+No X-Xet-Hash header nor xetHash tree field is ever sent, so the client takes the plain HTTP path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import pytest
+
+from wildtrace import download
+from wildtrace.core.tasks import parse_tasks
+
+REPO = download.REPO_ID
+COMMIT = "5f3c9a1e0b7d2c4e6f8a0b1c2d3e4f5a6b7c8d9e"
+EMPTY_REGISTRY = {"standardEnvVars": [], "harnesses": {}}
+OUTSIDE_ALLOW_PATTERNS = "scripts/build_release.py"
+
+
+def build_release(root: Path, *, with_tasks: bool = True) -> Path:
+    """Write a tiny release in the real layout: 2 corpus files, the tasks file, eval/, docs, and one stray file."""
+    tasks = [
+        {"question_id": "wt-0001", "question_text": "Who signed the 1887 charter?",
+         "corpus_file": "corpus/source-0001.txt",
+         "ground_truth": {"scoring_rubric": [{"points": 60, "correct_criterion": "Names A. Moreau"},
+                                             {"points": 40, "correct_criterion": "Gives the year 1887"}]}},
+        {"question_id": "wt-0002", "question_text": "哪一年港口重建？",
+         "corpus_file": "corpus/source-0002.txt",
+         "ground_truth": {"scoring_rubric": [{"points": 100, "correct_criterion": "答出1902年"}]}},
+    ]
+    files = {
+        "corpus/source-0001.txt": "The charter was signed in 1887 by A. Moreau.\n" * 40,
+        "corpus/source-0002.txt": "港口于1902年重建。\n" * 40,
+        "data/RDM_FINAL_FREEZE_20260621_strict481.lock.json": json.dumps({"tasks": 2}),
+        "eval/config.json": json.dumps({"judges": ["a", "b", "c"]}),
+        "documentation/SPEC.md": "# spec\n",
+        "README.md": "# WildTrace (test double)\n",
+        OUTSIDE_ALLOW_PATTERNS: "print('not part of what the harness fetches')\n",
+    }
+    if with_tasks:
+        files[download.TASKS_FILE] = json.dumps(tasks, ensure_ascii=False, indent=1)
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(text.encode("utf-8"))
+    return root
+
+
+def git_blob_sha1(data: bytes) -> str:
+    """The git blob id the Hub reports as ``oid`` and ETag for non-LFS files."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+class HubServer(ThreadingHTTPServer):
+    """Serves one dataset repo at one commit from a folder; records every request it gets."""
+
+    request_queue_size = 128
+    daemon_threads = True
+
+    def __init__(self, release: Path) -> None:
+        """Index ``release`` (every file, by its '/'-separated relative path) and bind a free port."""
+        super().__init__(("127.0.0.1", 0), HubHandler)
+        self.files = {p.relative_to(release).as_posix(): p.read_bytes()
+                      for p in sorted(release.rglob("*")) if p.is_file()}
+        self.requests: list[tuple[str, str]] = []
+
+    @property
+    def url(self) -> str:
+        """The value to put in HF_ENDPOINT."""
+        return f"http://127.0.0.1:{self.server_port}"
+
+    def tree(self) -> list[dict]:
+        """The recursive tree listing: folders then files, in the Hub's JSON shape (no xetHash, no lfs)."""
+        folders = sorted({str(Path(p).parent.as_posix()) for p in self.files} - {"."})
+        entries = [{"type": "directory", "path": d, "oid": git_blob_sha1(d.encode()), "size": 0} for d in folders]
+        entries += [{"type": "file", "path": p, "size": len(b), "oid": git_blob_sha1(b)}
+                    for p, b in self.files.items()]
+        return entries
+
+
+class HubHandler(BaseHTTPRequestHandler):
+    """The handful of Hub routes snapshot_download calls for a dataset repo."""
+
+    server: HubServer
+    disable_nagle_algorithm = True
+    protocol_version = "HTTP/1.1"  # keep-alive, as the client's pooled session expects
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Keep pytest output clean."""
+
+    def do_GET(self) -> None:
+        """Route a GET."""
+        self._route(send_body=True)
+
+    def do_HEAD(self) -> None:
+        """Route a HEAD (same headers, no body)."""
+        self._route(send_body=False)
+
+    def _route(self, send_body: bool) -> None:
+        """Dispatch on the path; anything unknown is a Hub-style 404."""
+        path = unquote(urlsplit(self.path).path)
+        self.server.requests.append((self.command, path))
+        if path == "/api/agent-harnesses":
+            return self._send(200, json.dumps(EMPTY_REGISTRY).encode(), {}, send_body)
+        if m := re.fullmatch(rf"/api/datasets/{REPO}/revision/([^/]+)", path):
+            return self._revision(m.group(1), send_body)
+        if m := re.fullmatch(rf"/api/datasets/{REPO}/tree/([^/]+)", path):
+            return self._known_rev(m.group(1), send_body) and self._send(
+                200, json.dumps(self.server.tree()).encode(), {}, send_body)
+        if m := re.fullmatch(rf"/datasets/{REPO}/resolve/([^/]+)/(.+)", path):
+            return self._known_rev(m.group(1), send_body) and self._file(m.group(2), send_body)
+        self._send(404, b'{"error":"Repository not found"}', {"X-Error-Code": "RepoNotFound"}, send_body)
+
+    def _known_rev(self, rev: str, send_body: bool) -> bool:
+        """True for main or the commit; otherwise answer the Hub's RevisionNotFound 404."""
+        if rev in ("main", COMMIT):
+            return True
+        self._send(404, b'{"error":"Invalid rev id"}', {"X-Error-Code": "RevisionNotFound"}, send_body)
+        return False
+
+    def _revision(self, rev: str, send_body: bool) -> None:
+        """repo_info: the commit the revision points at, and the file list."""
+        if self._known_rev(rev, send_body):
+            info = {"id": REPO, "sha": COMMIT, "private": False,
+                    "siblings": [{"rfilename": p} for p in self.server.files]}
+            self._send(200, json.dumps(info).encode(), {}, send_body)
+
+    def _file(self, rel: str, send_body: bool) -> None:
+        """A file's bytes with the headers hf_hub_download requires (commit, ETag, size)."""
+        data = self.server.files.get(rel)
+        if data is None:
+            return self._send(404, b'{"error":"Entry not found"}',
+                              {"X-Error-Code": "EntryNotFound", "X-Repo-Commit": COMMIT}, send_body)
+        headers = {"X-Repo-Commit": COMMIT, "ETag": f'"{git_blob_sha1(data)}"',
+                   "Content-Type": "application/octet-stream"}
+        self._send(200, data, headers, send_body)
+
+    def _send(self, status: int, body: bytes, headers: dict[str, str], send_body: bool) -> None:
+        """Write status, headers (Content-Length always, for keep-alive) and, for GET, the body."""
+        self.send_response(status)
+        self.send_header("Content-Type", headers.pop("Content-Type", "application/json"))
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        if send_body:
+            self.wfile.write(body)
+
+
+@pytest.fixture
+def hub() -> Iterator[Callable[[Path], HubServer]]:
+    """Start HubServers on demand; every one is shut down and closed at teardown."""
+    servers: list[HubServer] = []
+
+    def serve(release: Path) -> HubServer:
+        server = HubServer(release)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return server
+
+    yield serve
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def closed_port_url() -> str:
+    """An endpoint nothing listens on: bind a port, then close it."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+def run_download(tmp_path: Path, endpoint: str, *args: str, **extra_env: str) -> subprocess.CompletedProcess:
+    """``python -m wildtrace.download`` in tmp_path, with a clean Hub environment aimed at ``endpoint``."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("HF_", "HUGGINGFACE_")) and k not in ("WILDTRACE_DATA_DIR", "TRANSFORMERS_OFFLINE")}
+    env.update(HF_ENDPOINT=endpoint, HF_HOME=str(tmp_path / "hf_home"), HF_HUB_DISABLE_TELEMETRY="1",
+               HF_HUB_DISABLE_PROGRESS_BARS="1", NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost",
+               **extra_env)
+    return subprocess.run([sys.executable, "-m", "wildtrace.download", *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def assert_instructions(stderr: str, dest: Path) -> None:
+    """The single failure message: names repo, dest, the files needed, both fetch commands and the env var."""
+    assert "Traceback" not in stderr
+    assert stderr.count("wildtrace-download:") == 1
+    for needle in (REPO, str(dest), download.TASKS_FILE, "corpus/", "WILDTRACE_DATA_DIR",
+                   "python -m wildtrace.download", f"huggingface-cli download {REPO} --repo-type dataset"):
+        assert needle in stderr, needle
+
+
+def test_download_lands_release_byte_identical(hub, tmp_path: Path) -> None:
+    """Default dest is ./outputs/datasets/wildtrace; allowed files arrive byte for byte; the summary is printed."""
+    release = build_release(tmp_path / "release")
+    server = hub(release)
+    result = run_download(tmp_path, server.url)
+    assert result.returncode == 0, result.stderr
+
+    dest = tmp_path / "outputs" / "datasets" / "wildtrace"
+    for rel, data in server.files.items():
+        landed = dest / rel
+        if rel == OUTSIDE_ALLOW_PATTERNS:
+            assert not landed.exists()
+        else:
+            assert landed.read_bytes() == data == (release / rel).read_bytes(), rel
+    assert len(parse_tasks(json.loads((dest / download.TASKS_FILE).read_text("utf-8")), "tasks")) == 2
+
+    assert str(dest) in result.stdout
+    assert "corpus files: 2" in result.stdout
+    assert str(dest / download.TASKS_FILE) in result.stdout
+    assert f"\n  {download.RUN_COMMAND}" in result.stdout  # the default folder needs no WILDTRACE_DATA_DIR
+    assert "Traceback" not in result.stderr
+
+    routes = {(method, re.sub(r"/resolve/[^/]+/.*", "/resolve/…", p)) for method, p in server.requests}
+    assert ("GET", f"/api/datasets/{REPO}/revision/main") in routes
+    assert ("GET", f"/api/datasets/{REPO}/tree/{COMMIT}") in routes
+    assert {("HEAD", f"/datasets/{REPO}/resolve/…"), ("GET", f"/datasets/{REPO}/resolve/…")} <= routes
+    assert not any("xet" in p.lower() for _, p in server.requests)
+
+
+def test_unreachable_endpoint_exits_2_with_instructions(tmp_path: Path) -> None:
+    """Connection refused: exit 2, one message, no traceback, nothing pretending to be a release."""
+    dest = tmp_path / "wt"
+    result = run_download(tmp_path, closed_port_url(), "--dest", str(dest))
+    assert result.returncode == 2, result.stderr
+    assert_instructions(result.stderr, dest)
+    assert not (dest / download.TASKS_FILE).exists()
+
+
+def test_offline_mode_exits_2_without_touching_the_network(hub, tmp_path: Path) -> None:
+    """HF_HUB_OFFLINE=1 with nothing cached: exit 2 with the message, and the live server sees no request."""
+    server = hub(build_release(tmp_path / "release"))
+    dest = tmp_path / "wt"
+    result = run_download(tmp_path, server.url, "--dest", str(dest), HF_HUB_OFFLINE="1")
+    assert result.returncode == 2, result.stderr
+    assert_instructions(result.stderr, dest)
+    assert server.requests == []
+
+
+def test_release_without_tasks_file_exits_2_naming_it(hub, tmp_path: Path) -> None:
+    """The download 'succeeds' but the tasks file is absent: exit 2, the missing path named."""
+    server = hub(build_release(tmp_path / "release", with_tasks=False))
+    dest = tmp_path / "wt"
+    result = run_download(tmp_path, server.url, "--dest", str(dest))
+    assert result.returncode == 2, result.stderr
+    assert_instructions(result.stderr, dest)
+    assert f"lacks {dest / download.TASKS_FILE}" in result.stderr
+    assert (dest / "corpus" / "source-0001.txt").is_file()
+
+
+def test_unknown_revision_exits_2(hub, tmp_path: Path) -> None:
+    """A revision the Hub does not have (RevisionNotFoundError) is an expected failure too."""
+    server = hub(build_release(tmp_path / "release"))
+    dest = tmp_path / "wt"
+    result = run_download(tmp_path, server.url, "--dest", str(dest), "--revision", "v9")
+    assert result.returncode == 2, result.stderr
+    assert_instructions(result.stderr, dest)
+    assert "revision v9" in result.stderr and "RevisionNotFoundError" in result.stderr
+
+
+def test_dest_defaults_and_run_command(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """--dest follows WILDTRACE_DATA_DIR like the config; a folder the config would not read gets the env prefix."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("WILDTRACE_DATA_DIR", raising=False)
+    assert download.parse_args([]).dest == tmp_path / "outputs" / "datasets" / "wildtrace"
+    assert download.run_command(tmp_path / "elsewhere") == (
+        f"WILDTRACE_DATA_DIR={tmp_path / 'elsewhere'} {download.RUN_COMMAND}")
+    monkeypatch.setenv("WILDTRACE_DATA_DIR", str(tmp_path / "copy"))
+    args = download.parse_args(["--revision", "v1"])
+    assert (args.dest, args.revision, args.repo_id) == (tmp_path / "copy", "v1", REPO)
+    assert download.run_command(args.dest) == download.RUN_COMMAND
