@@ -36,7 +36,7 @@ class AnthropicProvider(Provider):
         """The key goes in x-api-key."""
         return {"x-api-key": api_key}
 
-    def parse_response(self, payload: Any) -> Completion:
+    def _parse(self, payload: Any) -> Completion:
         """Join the ``text`` blocks (thinking blocks are not the answer); stop_reason refusal."""
         if not isinstance(payload, Mapping) or not isinstance(payload.get("content"), list):
             raise ValueError("response has no 'content' list")

@@ -79,9 +79,20 @@ class Provider(ABC):
     def auth_headers(self, api_key: str) -> dict[str, str]:
         """Headers that carry the key (kept apart so the key never enters a cache key or log)."""
 
-    @abstractmethod
     def parse_response(self, payload: Any) -> Completion:
-        """Parse a 2xx JSON body; raise ValueError when it is not the expected shape."""
+        """Parse a 2xx JSON body; raise ValueError when it is not the expected shape.
+
+        Subclasses write ``_parse`` for the happy shape; a body of the wrong shape deep inside
+        (a list where an object belongs, a null text) surfaces here as one error type.
+        """
+        try:
+            return self._parse(payload)
+        except (AttributeError, TypeError, KeyError, IndexError) as exc:
+            raise ValueError(f"unexpected {self.name} response shape: {type(exc).__name__}: {exc}") from exc
+
+    @abstractmethod
+    def _parse(self, payload: Any) -> Completion:
+        """Parse a well-formed body (may raise on a malformed one; parse_response normalises)."""
 
     def error_message(self, payload: Any) -> str:
         """The provider's own words from an error body."""

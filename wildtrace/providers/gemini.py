@@ -31,7 +31,7 @@ class GeminiProvider(Provider):
         """The key goes in x-goog-api-key (never in the URL, where logs would keep it)."""
         return {"x-goog-api-key": api_key}
 
-    def parse_response(self, payload: Any) -> Completion:
+    def _parse(self, payload: Any) -> Completion:
         """First candidate's non-thought text parts; a block reason or SAFETY-like finish is a refusal."""
         if not isinstance(payload, Mapping):
             raise ValueError("response is not a JSON object")

@@ -40,5 +40,5 @@ class OfflineProvider(OpenAIProvider):
             return 404, {"error": {"message": f"unknown offline route {route!r}; known: {sorted(ROUTES)}"}}
         try:
             return 200, _reply(route, answer(body["messages"][-1]["content"]))
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             return 400, {"error": {"message": f"offline route {route!r} cannot read this request: {exc}"}}

@@ -37,7 +37,7 @@ class OpenAIProvider(Provider):
         """Bearer token."""
         return {"Authorization": f"Bearer {api_key}"}
 
-    def parse_response(self, payload: Any) -> Completion:
+    def _parse(self, payload: Any) -> Completion:
         """``choices[0].message``: content, refusal, finish_reason; usage with reasoning tokens."""
         if not isinstance(payload, Mapping) or not isinstance(payload.get("choices"), list):
             raise ValueError("response has no 'choices' list")

@@ -57,8 +57,11 @@ class Cache:
                 entry = json.load(fh)
         except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
             return None
+        outcome = entry.get("outcome") if isinstance(entry, dict) else None
+        if not isinstance(outcome, dict):
+            return None
         self.hits += 1
-        return entry.get("outcome")
+        return outcome
 
     def put(self, key: str, material: dict, outcome: dict[str, Any]) -> None:
         """Store atomically: write a temporary file, fsync, rename into place."""

@@ -6,7 +6,9 @@ and is never retried ("no retries on content").
 
 from __future__ import annotations
 
+import datetime
 import email.utils
+import math
 import random
 import time
 from dataclasses import dataclass
@@ -43,11 +45,15 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
         return None
     value = value.strip()
     try:
-        return max(0.0, float(value))
+        seconds = float(value)
     except ValueError:
         pass
+    else:
+        return max(0.0, seconds) if math.isfinite(seconds) else None
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
         return None
+    if when.tzinfo is None:  # asctime and "-0000" forms come back naive; HTTP dates are GMT
+        when = when.replace(tzinfo=datetime.timezone.utc)
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
