@@ -6,7 +6,9 @@ import re
 
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 _IDEOGRAPHS = re.compile(r"[\u4e00-\u9fff]+")
-_SENTENCE_END = re.compile(r"(?<=[.!?。！？])[\"'”’」』)]*\s*|\n\s*\n")
+# An English stop ends a sentence only before white space (so "10.2 bar" and "no. 19"
+# followed by a digit stay whole); a CJK stop ends one at once; a blank line always does.
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[.!?][\"'”’)])\s+|(?<=[。！？])(?![”’」』])|(?<=[。！？][”’」』])|\n\s*\n")
 
 STOPWORDS = frozenset(
     """a about above after again against all am an and any are as at be because been before being below
