@@ -90,3 +90,21 @@ def test_matched_panel_uses_only_tasks_every_model_scored():
     assert table.loc["short", "matched"] == pytest.approx(0.4)
     assert set(table["n"]) == {2}
     assert views.matched_panel({}).empty
+
+
+def test_agreement_hand_computed():
+    pairs = views.agreement(JUDGMENTS)
+    # Tasks both scored: a~b → t1 only; a~c → t1, t2; b~c → t1.
+    assert pairs["a~b"] == {"mad": pytest.approx(0.3), "corr": None, "n": 1}
+    assert pairs["a~c"]["mad"] == pytest.approx((0.6 + 0.5) / 2) and pairs["a~c"]["n"] == 2
+    assert pairs["a~c"]["corr"] == pytest.approx(1.0)  # (0.9, 0.3) and (1.0, 0.5) move together
+    assert views.agreement(views.judgments_frame([])) == {}
+
+
+def test_token_totals():
+    rows = [{"judge": "a", "usage": {"prompt_tokens": 10, "completion_tokens": 2, "reasoning_tokens": None}},
+            {"judge": "a", "usage": {"prompt_tokens": 5, "completion_tokens": None}},
+            {"judge": "b", "usage": {}}]
+    assert views.token_totals(rows, "judge") == {"a": {"prompt": 15, "completion": 2, "reasoning": 0},
+                                                 "b": {"prompt": 0, "completion": 0, "reasoning": 0}}
+    assert views.token_totals(rows)["all"]["prompt"] == 15

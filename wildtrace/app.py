@@ -25,13 +25,18 @@ def _job(dict_cfg: DictConfig) -> float | None:
     from wildtrace.runtime.pipeline import MissingKeyError
     from wildtrace.runtime.run import run
 
+    from hydra.types import RunMode
+
+    from wildtrace.tracking.sweep import read_parent
+
     hydra_cfg = HydraConfig.get()
+    parent = read_parent(hydra_cfg.sweep.dir) if hydra_cfg.mode == RunMode.MULTIRUN else None
     for noisy in ("httpx", "httpcore"):  # one INFO line per request drowns the progress bar
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
         settings = to_settings(dict_cfg)
         settings.out_dir = hydra_cfg.runtime.output_dir
-        result = run(settings, overrides=list(hydra_cfg.overrides.task))
+        result = run(settings, overrides=list(hydra_cfg.overrides.task), parent_run_id=parent)
     except (ConfigError, DatasetError, MissingKeyError) as exc:
         print(f"wildtrace: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

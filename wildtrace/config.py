@@ -129,7 +129,10 @@ class MlflowConfig:
     enabled: bool = True
     tracking_uri: str = MISSING
     experiment: str = "wildtrace"
+    #: None: beside a local store (outputs/mlartifacts); a tracking server's own default.
     artifact_location: Optional[str] = None
+    #: Log each document the run used once, under documents/ (never once per task).
+    log_documents: bool = True
 
 
 @dataclass

@@ -32,6 +32,11 @@ def answer_prompt(question: str, document: str) -> str:
     return ANSWER_HEAD + question + ANSWER_MIDDLE + document
 
 
+def document_reference(corpus_file: str, sha256: str, chars: int) -> str:
+    """What stands for the document in logged prompts: documents are logged once, by reference."""
+    return f"<<document {corpus_file} · sha256 {sha256} · {chars} characters>>"
+
+
 def format_points(points: int | float) -> str:
     """Points printed as the data has them: 30 → ``30``, 12.5 → ``12.5``."""
     return str(points)

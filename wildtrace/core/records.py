@@ -78,6 +78,7 @@ class AnswerRecord:
     question_id: str
     status: str
     caps: dict
+    document: dict = field(default_factory=dict)  # corpus_file, sha256: the document by reference
     reason: str | None = None
     response: str | None = None
     finish_reason: str | None = None
@@ -87,6 +88,7 @@ class AnswerRecord:
     latency_s: float | None = None
     http_status: int | None = None
     prompt_sha256: str | None = None
+    prompt_ref: str | None = None  # the prompt with the document replaced by its reference
     raw: Any = None
 
     def to_dict(self) -> dict:
@@ -112,6 +114,7 @@ class JudgmentRecord:
     latency_s: float | None
     http_status: int | None
     prompt_sha256: str
+    prompt: str = ""  # the full judge prompt: small, and what an auditor needs to see
     raw: Any = None
 
     def to_dict(self) -> dict:

@@ -124,3 +124,41 @@ def matched_panel(runs: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
         rows.append({"model": label, "matched": float(subset[SCORE].astype(float).mean()) if len(subset) else None,
                      "n": int(len(subset))})
     return pd.DataFrame(rows, columns=["model", "matched", "n"])
+
+
+def agreement(judgments: pd.DataFrame) -> dict[str, dict]:
+    """Pairwise judge agreement over tasks both judges scored: mean |a − b|, Pearson r, n.
+
+    Keyed ``"a~b"`` (sorted). r is None with fewer than two shared tasks or no variance.
+    """
+    scored = judgments[judgments[STATUS] == R.JUDGED] if len(judgments) else judgments
+    if not len(scored):
+        return {}
+    table = scored.pivot_table(index=QID, columns=JUDGE, values=SCORE, aggfunc="mean")
+    judges = sorted(map(str, judgments[JUDGE].unique()))
+    out: dict[str, dict] = {}
+    for i, a in enumerate(judges):
+        for b in judges[i + 1:]:
+            if a not in table or b not in table:
+                out[f"{a}~{b}"] = {"mad": None, "corr": None, "n": 0}
+                continue
+            both = table[[a, b]].dropna()
+            corr = None
+            if len(both) >= 2 and both[a].std() > 0 and both[b].std() > 0:
+                corr = float(both[a].corr(both[b]))
+            out[f"{a}~{b}"] = {"mad": float((both[a] - both[b]).abs().mean()) if len(both) else None,
+                               "corr": corr, "n": int(len(both))}
+    return out
+
+
+def token_totals(rows: Iterable[Mapping], by: str | None = None) -> dict[str, dict[str, int]]:
+    """Sum prompt / completion / reasoning tokens over call rows, per ``by`` value (or "all")."""
+    out: dict[str, dict[str, int]] = {}
+    for row in rows:
+        usage = row.get("usage") or {}
+        bucket = out.setdefault(str(row.get(by)) if by else "all", {"prompt": 0, "completion": 0, "reasoning": 0})
+        for key, field in (("prompt", "prompt_tokens"), ("completion", "completion_tokens"),
+                           ("reasoning", "reasoning_tokens")):
+            if isinstance(usage.get(field), int):
+                bucket[key] += usage[field]
+    return out

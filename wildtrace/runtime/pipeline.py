@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from wildtrace.core import records as R
 from wildtrace.core.caps import Caps, CapsDecision, decide
 from wildtrace.core.judging import parse_judge_reply
-from wildtrace.core.prompts import answer_prompt, judge_prompt
+from wildtrace.core.prompts import answer_prompt, document_reference, judge_prompt
 from wildtrace.core.records import AnswerRecord, CallResult, JudgmentRecord
 from wildtrace.core.tasks import Task
 from wildtrace.providers.base import EndpointSpec, Provider, Sampling
@@ -93,12 +93,14 @@ def make_caller(spec: EndpointSpec, key: str | None, retry: RetryPolicy, cache: 
     return Caller(provider, CachedEndpoint(endpoint, cache))
 
 
-def answer_record(task: Task, caps: CapsDecision, prompt_sha: str, result: CallResult) -> AnswerRecord:
+def answer_record(task: Task, caps: CapsDecision, document: dict, prompt_sha: str, prompt_ref: str,
+                  result: CallResult) -> AnswerRecord:
     """Turn a call's outcome into the task's responses.json row."""
     return AnswerRecord(
         question_id=task.question_id,
         status=R.ANSWERED if result.ok else R.FAILED,
         caps=caps.to_dict(),
+        document=document,
         reason=result.reason,
         response=result.text,
         finish_reason=result.finish_reason,
@@ -108,11 +110,12 @@ def answer_record(task: Task, caps: CapsDecision, prompt_sha: str, result: CallR
         latency_s=result.latency_s,
         http_status=result.http_status,
         prompt_sha256=prompt_sha,
+        prompt_ref=prompt_ref,
         raw=result.raw,
     )
 
 
-def judgment_record(task: Task, judge: str, prompt_sha: str, result: CallResult) -> JudgmentRecord:
+def judgment_record(task: Task, judge: str, prompt: str, result: CallResult) -> JudgmentRecord:
     """Turn a judge call's outcome into a judgments.json row; no usable total → unavailable."""
     verdict = parse_judge_reply(result.text) if result.ok else None
     available = verdict is not None and verdict.available
@@ -130,7 +133,8 @@ def judgment_record(task: Task, judge: str, prompt_sha: str, result: CallResult)
         attempts=result.attempts,
         latency_s=result.latency_s,
         http_status=result.http_status,
-        prompt_sha256=prompt_sha,
+        prompt_sha256=sha256_text(prompt),
+        prompt=prompt,
         raw=result.raw,
     )
 
@@ -161,9 +165,16 @@ class Outcome:
     caps: dict[str, CapsDecision] = field(default_factory=dict)
 
 
+def document_of(plan: Plan, task: Task) -> dict:
+    """The task's document by reference: corpus file and sha256 (chars are in the caps decision)."""
+    return {"corpus_file": task.corpus_file, "sha256": plan.dataset.document(task).sha256}
+
+
 async def _answer(plan: Plan, task: Task, decision: CapsDecision) -> AnswerRecord:
+    document_ref = document_of(plan, task)
     if not decision.in_scope:
         return AnswerRecord(question_id=task.question_id, status=R.OUT_OF_CONTEXT, caps=decision.to_dict(),
+                            document=document_ref,
                             reason=f"document has {decision.doc_chars} characters > {decision.cap_kind} cap {decision.cap}")
     assert plan.model is not None
     document = await asyncio.to_thread(read_document, plan.dataset.document(task).path)
@@ -171,14 +182,16 @@ async def _answer(plan: Plan, task: Task, decision: CapsDecision) -> AnswerRecor
     del document
     request = plan.model.provider.build_request(prompt, plan.answer_sampling)
     result = await plan.model.endpoint.call(request, plan.answer_replicate)
-    return answer_record(task, decision, sha256_text(prompt), result)
+    reference = answer_prompt(task.question_text,
+                              document_reference(task.corpus_file, document_ref["sha256"], decision.doc_chars))
+    return answer_record(task, decision, document_ref, sha256_text(prompt), reference, result)
 
 
 async def _judge(plan: Plan, judge: Caller, task: Task, response: str) -> JudgmentRecord:
     prompt = judge_prompt(task.question_text, task.rubric, response)
     request = judge.provider.build_request(prompt, plan.judge_sampling)
     result = await judge.endpoint.call(request, plan.judge_replicate)
-    return judgment_record(task, judge.label, sha256_text(prompt), result)
+    return judgment_record(task, judge.label, prompt, result)
 
 
 async def execute(plan: Plan, counters: Counters | None = None,
@@ -229,12 +242,13 @@ async def execute(plan: Plan, counters: Counters | None = None,
                 row = plan.given_answers.get(task.question_id)
                 if row is None:
                     row = {"question_id": task.question_id, "status": R.MISSING, "caps": decisions[task.question_id].to_dict(),
-                           "reason": "no row in the responses file"}
+                           "document": document_of(plan, task), "reason": "no row in the responses file"}
                     answers[task.question_id] = row
                     counters.failed += 1
                     progress(counters, True)
                     continue
                 row.setdefault("caps", decisions[task.question_id].to_dict())
+                row.setdefault("document", document_of(plan, task))
                 settle(task, row)
         else:
             queue = iter(tasks)

@@ -8,6 +8,8 @@ are written whole at the end; MLflow trouble never costs the results.
 from __future__ import annotations
 
 import asyncio
+import datetime
+import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -77,6 +79,34 @@ def build_scores(cfg: WildtraceConfig, dataset: Dataset, outcome: Outcome) -> di
             "judge_panel": cfg.judge_panel.name, "dataset": cfg.dataset.name, "tasks": rows}
 
 
+def git_commit() -> str:
+    """The harness's git commit (with -dirty), or "unknown" outside a checkout."""
+    here = Path(__file__).resolve().parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                               capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    if commit.returncode != 0:
+        return "unknown"
+    return commit.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def dataset_identity(cfg: WildtraceConfig, dataset: Dataset) -> dict:
+    """What names the data a run used: file, sha256, and the release's freeze and version."""
+    metas = [t.meta for t in dataset.tasks]
+    return {
+        "name": cfg.dataset.name,
+        "tasks": str(dataset.tasks_path.resolve()),
+        "corpus": str(dataset.corpus_dir.resolve()),
+        "tasks_sha256": dataset.tasks_sha256,
+        "n_tasks": len(dataset.tasks),
+        "freeze_id": ",".join(sorted({str(m["freeze_id"]) for m in metas if "freeze_id" in m})) or None,
+        "release_version": ",".join(sorted({str(m["release_version"]) for m in metas if "release_version" in m})) or None,
+    }
+
+
 def headline(cfg: WildtraceConfig, summary: dict | None, outcome: Outcome, out_dir: Path) -> str:
     """The lines printed at the end of a run."""
     c = outcome.counters
@@ -114,8 +144,11 @@ async def _execute(plan: Plan, counters: Counters, show_progress: bool) -> Outco
         await asyncio.gather(*(c.endpoint.endpoint.aclose() for c in callers))
 
 
-def run(cfg: WildtraceConfig, overrides: Sequence[str] = ()) -> RunResult:
-    """Execute one job. Raises DatasetError / ConfigError / MissingKeyError before any request."""
+def run(cfg: WildtraceConfig, overrides: Sequence[str] = (), parent_run_id: str | None = None) -> RunResult:
+    """Execute one job. Raises DatasetError / ConfigError / MissingKeyError before any request.
+
+    ``parent_run_id``: the sweep's MLflow parent run, when this job is one of a multirun.
+    """
     out_dir = Path(cfg.out_dir or Path(cfg.root) / "runs" / "adhoc").resolve()
     dataset = load_dataset(cfg.dataset.tasks, cfg.dataset.corpus, cfg.dataset.ids, cfg.dataset.limit)
     answering = cfg.stage in ("all", "answer")
@@ -156,9 +189,12 @@ def run(cfg: WildtraceConfig, overrides: Sequence[str] = ()) -> RunResult:
         summary = {k: v for k, v in scores.items() if k != "tasks"}
     stats = {
         "harness_version": __version__,
+        "git_commit": git_commit(),
+        "run_date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "dataset": dataset_identity(cfg, dataset),
+        "stage": cfg.stage,
         "prompts_version": PROMPTS_VERSION,
         "prompts_sha256": prompts_sha256(),
-        "tasks_sha256": dataset.tasks_sha256,
         "wall_s": outcome.wall_s,
         "retries": counters.retries,
         "cache_hits": sum(c.endpoint.hits for c in callers.values()),
@@ -167,13 +203,12 @@ def run(cfg: WildtraceConfig, overrides: Sequence[str] = ()) -> RunResult:
         "effective_max_tokens": effective_max_tokens(cfg.model, cfg.decoding),
     }
     write_json(out_dir / "run_stats.json", stats)
-    if cfg.mlflow.enabled:
-        from wildtrace.tracking.mlflow_logger import log_run
-
-        problem = log_run(cfg, out_dir, summary, stats)
-        if problem:
-            print(f"wildtrace: MLflow logging failed, results are safe in {out_dir}: {problem}", file=sys.stderr)
+    write_json(out_dir / "config.json", config_dict(cfg))
     print(headline(cfg, summary, outcome, out_dir))
+    if cfg.mlflow.enabled:
+        from wildtrace.tracking.mlflow_logger import log_run_dir_safely
+
+        log_run_dir_safely(out_dir, parent_run_id=parent_run_id)
     return RunResult(out_dir=out_dir, summary=summary, stats=stats, outcome=outcome)
 
 
