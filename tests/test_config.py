@@ -137,3 +137,14 @@ def test_judge_keys_must_be_plain_identifiers():
 def test_custom_model_requires_a_route():
     with pytest.raises(OmegaConfBaseException, match="route"):
         to_settings(compose_config(["model=custom"]))
+
+
+@pytest.mark.parametrize("judge", ["claude_sonnet", "qwen", "gemini_flash"])
+def test_ablation_panels_reuse_the_paper_judges(judge):
+    def panel(name):
+        return to_settings(compose_config([f"judge_panel={name}"])).judge_panel.judges
+
+    paper, only, without = panel("paper"), panel(f"paper_only_{judge}"), panel(f"paper_without_{judge}")
+    assert list(only) == [judge] and only[judge] == paper[judge]  # same endpoint → same cache keys
+    assert set(without) == set(paper) - {judge}
+    assert all(without[k] == paper[k] for k in without)
