@@ -39,6 +39,9 @@ RUN_FILES = ("scores.json", "responses.json", "judgments.json", "run_stats.json"
 SPAN_TEXT_LIMIT = 20_000
 MAX_PARAM_CHARS = 6000
 MARKER = "mlflow.json"
+#: Beyond the trace queues, OpenTelemetry's span queue holds 2048 spans and drops the rest
+#: ("Queue full, dropping Span", seen at 1100 tasks): drain it every this-many traces.
+FLUSH_EVERY = 100
 
 
 @dataclass
@@ -281,6 +284,8 @@ def log_traces(rd: RunDir, experiment_id: str, run_id: str, tracking_uri: str) -
                                   "status": j["status"], "reason": j.get("reason")})
             root.end(outputs={"status": score.get("status", r["status"]), "score": score.get("score")})
             traced.append((root.trace_id, by_task.get(qid, [])))
+            if len(traced) % FLUSH_EVERY == 0:
+                mlflow.flush_trace_async_logging()
         # Feedback needs the trace stored: export everything first, then attach the scores.
         mlflow.flush_trace_async_logging()
         for trace_id, judged in traced:

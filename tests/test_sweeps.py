@@ -1,0 +1,110 @@
+"""Multirun sweeps (basic, joblib, submitit_local), ablations and replicates, in MLflow."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from conftest import TEST_KEY_ENV, make_task, openai_judge, settings, write_release
+from loopback import Call, LoopbackServer, Reply, chat
+from wildtrace.runtime.run import run
+
+pytestmark = pytest.mark.slow
+
+
+def env() -> dict:
+    return {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+
+
+def sweep(tmp: Path, *overrides: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "wildtrace", "-m", f"root={tmp / 'outputs'}", "dataset.limit=2",
+                           "progress=false", *overrides], env=env(), capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+def parent_and_children(uri: str):
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name("wildtrace")
+    runs = client.search_runs([experiment.experiment_id])
+    parents = [r for r in runs if r.data.tags.get("wildtrace.sweep") == "parent"]
+    assert len(parents) == 1
+    (parent,) = parents
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    return client, parent, children
+
+
+def check_sweep(uri: str, key: str, values: set[str]) -> None:
+    client, parent, children = parent_and_children(uri)
+    assert {c.data.params[key] for c in children} == values
+    assert all(c.info.status == "FINISHED" for c in children) and parent.info.status == "FINISHED"
+    table = json.loads(Path(client.download_artifacts(parent.info.run_id, "children.json")).read_text())
+    assert len(table["data"]) == len(values)
+    overall = table["columns"].index("overall")
+    assert {row[overall] for row in table["data"]} == {c.data.metrics["overall"] for c in children}
+
+
+def test_basic_launcher_sweep_gives_parent_and_children(tmp_path):
+    sweep(tmp_path, "decoding.temperature=0.0,0.3")
+    check_sweep(f"sqlite:///{tmp_path / 'outputs' / 'mlflow.db'}", "decoding.temperature", {"0.0", "0.3"})
+
+
+def test_joblib_launcher_sweep(tmp_path):
+    sweep(tmp_path, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "decoding.max_tokens=8192,32768")
+    check_sweep(f"sqlite:///{tmp_path / 'outputs' / 'mlflow.db'}", "decoding.max_tokens", {"8192", "32768"})
+
+
+def test_submitit_local_sweep(tmp_path):
+    sweep(tmp_path, "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=5",
+          "judge_panel.temperature=0.0,0.1", timeout=600)
+    check_sweep(f"sqlite:///{tmp_path / 'outputs' / 'mlflow.db'}", "judge_panel.temperature", {"0.0", "0.1"})
+
+
+def judge_responder(call: Call) -> Reply:
+    if call.route == "test-model":
+        return chat(f"The seal was worn (answer {call.seen}).")
+    return chat(json.dumps({"total": {"judge-a": 40, "judge-b": 60, "judge-c": 80}[call.route]}))
+
+
+def test_ablation_sends_nothing_and_replicates_are_tagged(tmp_path, test_key):
+    tasks, corpus = write_release(tmp_path, [make_task(f"q{i}", f"Why? [q{i}]", "doc.txt") for i in range(3)],
+                                  {"doc.txt": "The seal was worn. " * 30})
+    with LoopbackServer(judge_responder) as server:
+        panel = {k: openai_judge(server.url, f"judge-{k}") for k in "abc"}
+        base = ["model=custom", "model.route=test-model", f"model.base_url={server.url}/v1",
+                f"model.api_key_env={TEST_KEY_ENV}", f"dataset.tasks={tasks}", f"dataset.corpus={corpus}",
+                "mlflow.enabled=true"]
+        full = run(settings(tmp_path, base, judges=panel))
+        sent = len(server.calls)
+        alone = run(settings(tmp_path, base, judges={"b": panel["b"]}))
+        without = run(settings(tmp_path, base, judges={"a": panel["a"], "c": panel["c"]}))
+        assert len(server.calls) == sent  # an ablation of a panel already run sends no request
+        rerun = run(settings(tmp_path, [*base, "judge_panel.replicate=1"], judges=panel))
+        assert [c.route for c in server.calls[sent:]].count("test-model") == 0  # only judge calls
+        assert len(server.calls) - sent == 9
+    assert full.summary["overall"] == pytest.approx(60.0)
+    assert alone.summary["overall"] == pytest.approx(60.0) and without.summary["overall"] == pytest.approx(60.0)
+    assert rerun.stats["requests"]["model"] == 0
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'outputs' / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("wildtrace").experiment_id])
+    assert sorted(r.data.tags["replicate.judge_panel"] for r in runs) == ["0", "0", "0", "1"]
+
+
+def test_many_tasks_lose_no_trace(tmp_path):
+    """A run beyond MLflow's default 1000-trace buffers keeps every trace (sized and flushed)."""
+    n = 1100
+    tasks, corpus = write_release(tmp_path, [make_task(f"t{i:04d}", f"What failed at step {i}?", "doc.txt")
+                                             for i in range(n)], {"doc.txt": "The seal was worn at step one. " * 5})
+    result = run(settings(tmp_path, [f"dataset.tasks={tasks}", f"dataset.corpus={corpus}", "mlflow.enabled=true",
+                                     "mlflow.log_documents=false"]))
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'outputs' / 'mlflow.db'}")
+    (mlrun,) = client.search_runs([client.get_experiment_by_name("wildtrace").experiment_id])
+    traces = client.search_traces(locations=[mlrun.info.experiment_id], run_id=mlrun.info.run_id, max_results=5000,
+                                  include_spans=False)
+    assert len(traces) == n == result.summary["n_total"]
