@@ -11,6 +11,7 @@ from omegaconf import OmegaConf, open_dict
 
 from wildtrace.app import CONF_DIR
 from wildtrace.config import WildtraceConfig, register, to_settings
+from wildtrace.providers.base import EndpointSpec
 
 TEST_KEY_ENV = "WILDTRACE_TEST_KEY"
 
@@ -65,3 +66,11 @@ def test_key(monkeypatch):
     key = "sk-canary-" + "7f3a9c" * 4
     monkeypatch.setenv(TEST_KEY_ENV, key)
     return key
+
+
+def endpoint_spec(provider: str = "openai", **overrides) -> EndpointSpec:
+    """An EndpointSpec for wire-format and retry tests."""
+    base = dict(label="model", name="test-model", provider=provider, route="route-x",
+                base_url="https://api.example.com/v1", api_key_env="TEST_API_KEY", max_concurrency=4, timeout_s=30.0)
+    base.update(overrides)
+    return EndpointSpec(**base)

@@ -8,6 +8,7 @@ no sockets. Backoff is shrunk to milliseconds so the whole file runs in about a 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import random
 import time
@@ -18,6 +19,8 @@ from typing import Any
 
 import httpx
 import pytest
+
+from conftest import endpoint_spec
 
 from wildtrace.core import records as R
 from wildtrace.core.records import CallResult, Usage
@@ -35,19 +38,8 @@ PROMPT = "UNIQUE-PROMPT-MARKER: Answer using ONLY the document. 文档里的问�
 SAMPLING = Sampling(temperature=0.2, max_tokens=256)
 
 
-def spec(provider: str = "openai", **overrides) -> EndpointSpec:
-    base = dict(
-        label="model",
-        name="test-model",
-        provider=provider,
-        route="gpt-test",
-        base_url="https://api.example.test/v1",
-        api_key_env="TEST_KEY",
-        max_concurrency=4,
-        timeout_s=5.0,
-    )
-    base.update(overrides)
-    return EndpointSpec(**base)
+spec = functools.partial(endpoint_spec, route="gpt-test", base_url="https://api.example.test/v1",
+                         api_key_env="TEST_KEY", timeout_s=5.0)
 
 
 def ok_body(text: str = "The answer is 42.") -> dict:

@@ -7,6 +7,8 @@ from dataclasses import replace
 
 import pytest
 
+from conftest import endpoint_spec
+
 from wildtrace.core import records as R
 from wildtrace.core.prompts import answer_prompt, judge_prompt
 from wildtrace.core.records import Completion, Usage
@@ -24,19 +26,7 @@ SAMPLING = Sampling(temperature=0.3, max_tokens=512)
 SECRET = "sk-SECRET-do-not-leak-1234567890"
 
 
-def spec(provider: str, **overrides) -> EndpointSpec:
-    base = dict(
-        label="model",
-        name="test-model",
-        provider=provider,
-        route="route-x",
-        base_url="https://api.example.com/v1",
-        api_key_env="TEST_API_KEY",
-        max_concurrency=4,
-        timeout_s=30.0,
-    )
-    base.update(overrides)
-    return EndpointSpec(**base)
+spec = endpoint_spec
 
 
 def as_dict(request: WireRequest) -> dict:

@@ -41,8 +41,8 @@ class CapsConfig:
 
 
 @dataclass
-class ModelConfig:
-    """The model under test. ``api_key_env`` is the NAME of the env var, never the key."""
+class EndpointConfig:
+    """What every endpoint has. ``api_key_env`` is the NAME of the env var, never the key."""
 
     name: str = MISSING
     provider: str = MISSING
@@ -50,12 +50,19 @@ class ModelConfig:
     base_url: str = MISSING
     api_key_env: Optional[str] = None
     send_temperature: bool = True
+    max_concurrency: int = 16
+    timeout_s: float = 600.0
+    extra_body: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ModelConfig(EndpointConfig):
+    """The model under test: an endpoint plus its budget rule and context caps."""
+
     reasoning: bool = False
     budget_field: str = "max_tokens"
     caps: CapsConfig = field(default_factory=CapsConfig)
-    max_concurrency: int = 16
-    timeout_s: float = 900.0
-    extra_body: dict[str, Any] = field(default_factory=dict)
+    timeout_s: float = 900.0  # long answers from reasoning models on million-character prompts
 
 
 @dataclass
@@ -68,18 +75,8 @@ class DecodingConfig:
 
 
 @dataclass
-class JudgeConfig:
+class JudgeConfig(EndpointConfig):
     """One judge endpoint."""
-
-    name: str = MISSING
-    provider: str = MISSING
-    route: str = MISSING
-    base_url: str = MISSING
-    api_key_env: Optional[str] = None
-    max_concurrency: int = 16
-    timeout_s: float = 600.0
-    send_temperature: bool = True
-    extra_body: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from wildtrace import __version__
-from wildtrace.config import WildtraceConfig, caps_of, effective_max_tokens
+from wildtrace.config import EndpointConfig, WildtraceConfig, caps_of, effective_max_tokens
 
 from wildtrace.core import views
 from wildtrace.core.prompts import PROMPTS_VERSION, prompts_sha256
@@ -39,22 +39,21 @@ class RunResult:
     outcome: Outcome
 
 
+def endpoint_spec(label: str, e: EndpointConfig, budget_field: str = "max_tokens") -> EndpointSpec:
+    """An endpoint config (the model's or a judge's) as the spec the runtime calls."""
+    return EndpointSpec(label=label, name=e.name, provider=e.provider, route=e.route, base_url=e.base_url,
+                        api_key_env=e.api_key_env, max_concurrency=e.max_concurrency, timeout_s=e.timeout_s,
+                        send_temperature=e.send_temperature, budget_field=budget_field, extra_body=e.extra_body)
+
+
 def model_spec(cfg: WildtraceConfig) -> EndpointSpec:
     """The model under test as an endpoint."""
-    m = cfg.model
-    return EndpointSpec(label="model", name=m.name, provider=m.provider, route=m.route, base_url=m.base_url,
-                        api_key_env=m.api_key_env, max_concurrency=m.max_concurrency, timeout_s=m.timeout_s,
-                        send_temperature=m.send_temperature, budget_field=m.budget_field, extra_body=m.extra_body)
+    return endpoint_spec("model", cfg.model, cfg.model.budget_field)
 
 
 def judge_specs(cfg: WildtraceConfig) -> list[EndpointSpec]:
     """The panel's judges as endpoints, in config order."""
-    return [
-        EndpointSpec(label=key, name=j.name, provider=j.provider, route=j.route, base_url=j.base_url,
-                     api_key_env=j.api_key_env, max_concurrency=j.max_concurrency, timeout_s=j.timeout_s,
-                     send_temperature=j.send_temperature, budget_field="max_tokens", extra_body=j.extra_body)
-        for key, j in cfg.judge_panel.judges.items()
-    ]
+    return [endpoint_spec(key, judge) for key, judge in cfg.judge_panel.judges.items()]
 
 
 def build_scores(cfg: WildtraceConfig, dataset: Dataset, outcome: Outcome) -> dict:
