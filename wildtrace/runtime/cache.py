@@ -42,7 +42,6 @@ class Cache:
 
     directory: Path
     enabled: bool = True
-    hits: int = 0
     stores: int = 0
 
     def _path(self, key: str) -> Path:
@@ -58,10 +57,7 @@ class Cache:
         except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
             return None
         outcome = entry.get("outcome") if isinstance(entry, dict) else None
-        if not isinstance(outcome, dict):
-            return None
-        self.hits += 1
-        return outcome
+        return outcome if isinstance(outcome, dict) else None
 
     def put(self, key: str, material: dict, outcome: dict[str, Any]) -> None:
         """Store atomically: write a temporary file, fsync, rename into place."""

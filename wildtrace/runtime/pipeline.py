@@ -12,7 +12,7 @@ import hashlib
 import os
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from wildtrace.core import records as R
 from wildtrace.core.caps import Caps, CapsDecision, decide
@@ -162,7 +162,6 @@ class Outcome:
     judgments: list[JudgmentRecord]
     counters: Counters
     wall_s: float
-    caps: dict[str, CapsDecision] = field(default_factory=dict)
 
 
 def document_of(plan: Plan, task: Task) -> dict:
@@ -269,5 +268,4 @@ async def execute(plan: Plan, counters: Counters | None = None,
         judgments=sorted(judgments.values(), key=lambda j: (order[j.question_id], judge_order[j.judge])),
         counters=counters,
         wall_s=time.perf_counter() - started,
-        caps=decisions,
     )
