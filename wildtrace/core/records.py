@@ -69,6 +69,7 @@ class CallResult:
     latency_s: float
     http_status: int | None
     raw: Any  # the provider's JSON (or error body) as received
+    started_at: float | None = None  # Unix time the first attempt began (for traces and reports)
 
 
 @dataclass
@@ -86,6 +87,7 @@ class AnswerRecord:
     error: str | None = None
     attempts: int = 0
     latency_s: float | None = None
+    started_at: float | None = None
     http_status: int | None = None
     prompt_sha256: str | None = None
     prompt_ref: str | None = None  # the prompt with the document replaced by its reference
@@ -114,6 +116,7 @@ class JudgmentRecord:
     latency_s: float | None
     http_status: int | None
     prompt_sha256: str
+    started_at: float | None = None
     prompt: str = ""  # the full judge prompt: small, and what an auditor needs to see
     raw: Any = None
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from wildtrace.core.records import CallResult
 from wildtrace.providers.base import WireRequest
 from wildtrace.runtime.cache import Cache, cache_key
@@ -29,10 +31,12 @@ class CachedEndpoint:
         stored = self.cache.get(key)
         if stored is not None:
             self.hits += 1
-            return interpret(self.endpoint.provider, stored["payload"], stored["http_status"], stored["attempts"],
-                             stored["latency_s"])
+            result = interpret(self.endpoint.provider, stored["payload"], stored["http_status"], stored["attempts"],
+                               stored["latency_s"])
+            return replace(result, started_at=stored.get("started_at"))
         result = await self.endpoint.call(request, content)
         if is_storable(result):
             self.cache.put(key, material, {"payload": result.raw, "http_status": result.http_status,
-                                           "attempts": result.attempts, "latency_s": result.latency_s})
+                                           "attempts": result.attempts, "latency_s": result.latency_s,
+                                           "started_at": result.started_at})
         return result

@@ -14,7 +14,7 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
@@ -163,19 +163,21 @@ class Endpoint:
         content = encode_body(request.body) if content is None else content
         slot = await self._slots.get()
         try:
-            started = time.perf_counter()
+            started, started_at = time.perf_counter(), time.time()
             for attempt_no in range(1, self.retry.max_retries + 2):
                 attempt = await self._attempt(slot, request, content)
                 response = attempt.response
                 if response is not None and response.is_success:
-                    return interpret(self.provider, _decode(response), response.status_code, attempt_no,
-                                     time.perf_counter() - started)
+                    return replace(interpret(self.provider, _decode(response), response.status_code, attempt_no,
+                                             time.perf_counter() - started), started_at=started_at)
                 transient = response is None or response.status_code in TRANSIENT_STATUS
                 error = attempt.failure if response is None else self._http_error(response)
                 if not transient:
-                    return self._failed(self._reason(response), error, attempt_no, started, response)
+                    return replace(self._failed(self._reason(response), error, attempt_no, started, response),
+                                   started_at=started_at)
                 if attempt_no > self.retry.max_retries:
-                    return self._failed(R.RETRIES_EXHAUSTED, error, attempt_no, started, response)
+                    return replace(self._failed(R.RETRIES_EXHAUSTED, error, attempt_no, started, response),
+                                   started_at=started_at)
                 self.retries += 1
                 self.on_retry(self.provider.spec.label)
                 retry_after = parse_retry_after(response.headers.get("retry-after")) if response is not None else None

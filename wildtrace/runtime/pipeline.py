@@ -108,6 +108,7 @@ def answer_record(task: Task, caps: CapsDecision, document: dict, prompt_sha: st
         error=result.error,
         attempts=result.attempts,
         latency_s=result.latency_s,
+        started_at=result.started_at,
         http_status=result.http_status,
         prompt_sha256=prompt_sha,
         prompt_ref=prompt_ref,
@@ -134,6 +135,7 @@ def judgment_record(task: Task, judge: str, prompt: str, result: CallResult) -> 
         latency_s=result.latency_s,
         http_status=result.http_status,
         prompt_sha256=sha256_text(prompt),
+        started_at=result.started_at,
         prompt=prompt,
         raw=result.raw,
     )

@@ -15,6 +15,7 @@ import json
 import os
 import re
 import sys
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -246,6 +247,15 @@ def _cap(text: Any) -> Any:
     return text
 
 
+def _window(row: Mapping) -> tuple[int, int] | None:
+    """(start, end) in ns of a recorded call, from its started_at and latency_s."""
+    started = row.get("started_at")
+    if not isinstance(started, (int, float)):
+        return None
+    start = int(started * 1e9)
+    return start, start + int(float(row.get("latency_s") or 0.0) * 1e9)
+
+
 def log_traces(rd: RunDir, experiment_id: str, run_id: str, tracking_uri: str) -> int:
     """One trace per task: task → caps decision, answer call, judge calls; judge scores as feedback."""
     import mlflow
@@ -261,29 +271,37 @@ def log_traces(rd: RunDir, experiment_id: str, run_id: str, tracking_uri: str) -
         for r in rd.responses:
             qid = r["question_id"]
             score = scores.get(qid, {})
+            judged = by_task.get(qid, [])
+            windows = [w for w in map(_window, [r, *judged]) if w]
+            start = min((w[0] for w in windows), default=time.time_ns())
+            end = max((w[1] for w in windows), default=start)
             root = mlflow.start_span_no_context(
-                f"task {qid}", span_type=SpanType.CHAIN, experiment_id=experiment_id,
+                f"task {qid}", span_type=SpanType.CHAIN, experiment_id=experiment_id, start_time_ns=start,
                 inputs={"question_id": qid, "document": r.get("document"), "prompt": _cap(r.get("prompt_ref"))},
                 metadata={"mlflow.sourceRun": run_id}, tags={"question_id": qid, "status": r["status"]},
                 attributes={"paradigm": str(score.get("paradigm")), "context_tier": str(score.get("context_tier"))})
             caps = mlflow.start_span_no_context("caps decision", span_type=SpanType.PARSER, parent_span=root,
-                                                inputs={"doc_chars": (r.get("caps") or {}).get("doc_chars")})
-            caps.end(outputs=r.get("caps"))
+                                                inputs={"doc_chars": (r.get("caps") or {}).get("doc_chars")},
+                                                start_time_ns=start)
+            caps.end(outputs=r.get("caps"), end_time_ns=start)
             if r["status"] != "out_of_context_scope" and r.get("attempts"):
+                span_start, span_end = _window(r) or (start, end)
                 answer = mlflow.start_span_no_context(
                     "answer", span_type=SpanType.LLM, parent_span=root, inputs={"prompt": _cap(r.get("prompt_ref"))},
+                    start_time_ns=span_start,
                     attributes={"attempts": r.get("attempts"), "latency_s": r.get("latency_s"),
                                 "usage": _json(r.get("usage")), "finish_reason": str(r.get("finish_reason"))})
                 answer.end(outputs={"status": r["status"], "reason": r.get("reason"), "response": _cap(r.get("response")),
-                                    "error": r.get("error")})
-            for j in by_task.get(qid, []):
+                                    "error": r.get("error")}, end_time_ns=span_end)
+            for j in judged:
+                span_start, span_end = _window(j) or (start, end)
                 span = mlflow.start_span_no_context(
                     f"judge {j['judge']}", span_type=SpanType.LLM, parent_span=root, inputs={"prompt": _cap(j.get("prompt"))},
-                    attributes={"attempts": j.get("attempts"), "usage": _json(j.get("usage"))})
+                    start_time_ns=span_start, attributes={"attempts": j.get("attempts"), "usage": _json(j.get("usage"))})
                 span.end(outputs={"reply": _cap(j.get("reply")), "total": j.get("total"), "score": j.get("score"),
-                                  "status": j["status"], "reason": j.get("reason")})
-            root.end(outputs={"status": score.get("status", r["status"]), "score": score.get("score")})
-            traced.append((root.trace_id, by_task.get(qid, [])))
+                                  "status": j["status"], "reason": j.get("reason")}, end_time_ns=span_end)
+            root.end(outputs={"status": score.get("status", r["status"]), "score": score.get("score")}, end_time_ns=end)
+            traced.append((root.trace_id, judged))
             if len(traced) % FLUSH_EVERY == 0:
                 mlflow.flush_trace_async_logging()
         # Feedback needs the trace stored: export everything first, then attach the scores.
