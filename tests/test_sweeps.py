@@ -108,3 +108,12 @@ def test_many_tasks_lose_no_trace(tmp_path):
     traces = client.search_traces(locations=[mlrun.info.experiment_id], run_id=mlrun.info.run_id, max_results=5000,
                                   include_spans=False)
     assert len(traces) == n == result.summary["n_total"]
+
+
+def test_a_failing_last_job_still_leaves_a_closed_parent(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "wildtrace", "-m", f"root={tmp_path / 'outputs'}", "progress=false",
+                           "dataset.limit=2,0"], env=env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "dataset.limit must be at least 1" in proc.stderr
+    client, parent, children = parent_and_children(f"sqlite:///{tmp_path / 'outputs' / 'mlflow.db'}")
+    assert parent.info.status == "FINISHED"  # closed by the child that finished, not by on_multirun_end
+    assert [c.data.params["dataset.limit"] for c in children] == ["2"]
