@@ -203,11 +203,13 @@ def run(cfg: WildtraceConfig, overrides: Sequence[str] = (), parent_run_id: str 
     }
     write_json(out_dir / "run_stats.json", stats)
     write_json(out_dir / "config.json", config_dict(cfg))
-    print(headline(cfg, summary, outcome, out_dir))
+    text = headline(cfg, summary, outcome, out_dir)
     if cfg.mlflow.enabled:
         from wildtrace.tracking.mlflow_logger import log_run_dir_safely
 
-        log_run_dir_safely(out_dir, parent_run_id=parent_run_id)
+        run_id = log_run_dir_safely(out_dir, parent_run_id=parent_run_id)
+        text += f"\nmlflow: {'run ' + run_id if run_id else 'NOT logged (see above)'} at {cfg.mlflow.tracking_uri}"
+    print(text)  # last, so the headline is what a user sees when the run ends
     return RunResult(out_dir=out_dir, summary=summary, stats=stats, outcome=outcome)
 
 

@@ -12,6 +12,7 @@ global URI, which is set for the duration of the trace export and then restored
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import sys
@@ -34,6 +35,9 @@ for _name, _value in (("MLFLOW_TRACE_BUFFER_MAX_SIZE", "100000"),
                       ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2"),
                       ("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")):
     os.environ.setdefault(_name, _value)
+
+# Alembic's "Creating initial MLflow database tables..." on a new store is noise after a run.
+logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
 
 RUN_FILES = ("scores.json", "responses.json", "judgments.json", "run_stats.json", "config.json")
 #: Span inputs/outputs are capped: documents go by reference, long texts are cut here.
