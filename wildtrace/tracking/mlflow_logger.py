@@ -376,7 +376,10 @@ def log_run_dir(path: str | Path, parent_run_id: str | None = None, tracking_uri
     if parent_run_id:
         from wildtrace.tracking.sweep import refresh_parent
 
-        refresh_parent(client, parent_run_id)
+        try:  # this run is logged; a stale parent table is worth a warning, not a failure
+            refresh_parent(client, parent_run_id)
+        except Exception as exc:  # noqa: BLE001
+            print(f"wildtrace: MLflow: could not refresh the sweep's parent run ({exc})", file=sys.stderr)
     return run_id
 
 
