@@ -93,6 +93,13 @@ def make_caller(spec: EndpointSpec, key: str | None, retry: RetryPolicy, cache: 
     return Caller(provider, CachedEndpoint(endpoint, cache))
 
 
+def call_fields(result: CallResult) -> dict:
+    """What every record keeps of its call: error, usage, attempts, timing, status, raw JSON."""
+    return {"error": result.error, "usage": result.usage.to_dict(), "attempts": result.attempts,
+            "latency_s": result.latency_s, "started_at": result.started_at, "http_status": result.http_status,
+            "raw": result.raw}
+
+
 def answer_record(task: Task, caps: CapsDecision, document: dict, prompt_sha: str, prompt_ref: str,
                   result: CallResult) -> AnswerRecord:
     """Turn a call's outcome into the task's responses.json row."""
@@ -104,15 +111,9 @@ def answer_record(task: Task, caps: CapsDecision, document: dict, prompt_sha: st
         reason=result.reason,
         response=result.text,
         finish_reason=result.finish_reason,
-        usage=result.usage.to_dict(),
-        error=result.error,
-        attempts=result.attempts,
-        latency_s=result.latency_s,
-        started_at=result.started_at,
-        http_status=result.http_status,
         prompt_sha256=prompt_sha,
         prompt_ref=prompt_ref,
-        raw=result.raw,
+        **call_fields(result),
     )
 
 
@@ -129,15 +130,9 @@ def judgment_record(task: Task, judge: str, prompt: str, result: CallResult) -> 
         score=verdict.score if available else None,
         parsed=verdict.parsed if verdict else None,
         reply=result.text,
-        error=result.error,
-        usage=result.usage.to_dict(),
-        attempts=result.attempts,
-        latency_s=result.latency_s,
-        http_status=result.http_status,
         prompt_sha256=sha256_text(prompt),
-        started_at=result.started_at,
         prompt=prompt,
-        raw=result.raw,
+        **call_fields(result),
     )
 
 
