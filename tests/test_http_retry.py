@@ -28,7 +28,6 @@ from wildtrace.providers.base import EndpointSpec, Sampling
 from wildtrace.providers.registry import make_provider
 from wildtrace.runtime import http as http_mod
 from wildtrace.runtime.cache import Cache
-from wildtrace.runtime.calls import CachedEndpoint
 from wildtrace.runtime.http import Endpoint, encode_body, is_storable, local_transport
 from wildtrace.runtime.retry import TRANSIENT_STATUS, RetryPolicy, parse_retry_after
 
@@ -241,7 +240,7 @@ def test_400_fails_at_once_with_the_providers_message():
     assert endpoint.retries == 0
 
 
-@pytest.mark.parametrize("status", [401, 403, 404, 422, 405, 413, 501])
+@pytest.mark.parametrize("status", [401, 403, 404, 422, 405, 413])
 def test_non_transient_statuses_are_not_retried(status):
     script = Script(resp(status, error_body(f"nope {status}")), resp(200))
     result, _ = call(script)
@@ -608,7 +607,7 @@ def test_default_policy():
 
 
 # --------------------------------------------------------------------------------------
-# CachedEndpoint
+# the outcome cache inside Endpoint.call
 # --------------------------------------------------------------------------------------
 
 
@@ -617,15 +616,14 @@ def cache_text(directory: Path) -> str:
 
 
 async def _cached_calls(script: Script, cache: Cache, calls: list[tuple[str, int]], provider: str = "openai",
-                        **spec_overrides) -> tuple[list[CallResult], CachedEndpoint]:
+                        **spec_overrides) -> tuple[list[CallResult], Endpoint]:
     p = make_provider(spec(provider, **spec_overrides))
-    endpoint = Endpoint(p, SECRET, FAST, transport=httpx.MockTransport(script))
-    cached = CachedEndpoint(endpoint, cache)
+    endpoint = Endpoint(p, SECRET, FAST, cache=cache, transport=httpx.MockTransport(script))
     try:
-        results = [await cached.call(p.build_request(prompt, SAMPLING), replicate) for prompt, replicate in calls]
+        results = [await endpoint.call(p.build_request(prompt, SAMPLING), replicate) for prompt, replicate in calls]
     finally:
         await endpoint.aclose()
-    return results, cached
+    return results, endpoint
 
 
 def cached_calls(script, cache, calls, **kw):
@@ -785,13 +783,12 @@ def test_cache_hits_do_not_wait_for_the_concurrency_bound(tmp_path):
             return httpx.Response(200, json=ok_body())
 
         p = make_provider(spec(max_concurrency=1))
-        endpoint = Endpoint(p, SECRET, FAST, transport=httpx.MockTransport(handler))
-        cached = CachedEndpoint(endpoint, cache)
+        endpoint = Endpoint(p, SECRET, FAST, cache=cache, transport=httpx.MockTransport(handler))
         try:
-            await cached.call(p.build_request(PROMPT, SAMPLING), 0)  # fills the cache
-            blocked = asyncio.create_task(cached.call(p.build_request("another prompt", SAMPLING), 0))
+            await endpoint.call(p.build_request(PROMPT, SAMPLING), 0)  # fills the cache
+            blocked = asyncio.create_task(endpoint.call(p.build_request("another prompt", SAMPLING), 0))
             await asyncio.sleep(0.01)  # the miss now holds the only slot
-            hit = await asyncio.wait_for(cached.call(p.build_request(PROMPT, SAMPLING), 0), timeout=0.5)
+            hit = await asyncio.wait_for(endpoint.call(p.build_request(PROMPT, SAMPLING), 0), timeout=0.5)
             assert not blocked.done()
             release.set()
             miss = await blocked

@@ -22,8 +22,9 @@ CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
 def _job(dict_cfg: DictConfig) -> float | None:
     from wildtrace.core.tasks import DatasetError
-    from wildtrace.runtime.pipeline import MissingKeyError
+    from wildtrace.runtime.cache import StorageError
     from wildtrace.runtime.run import run
+    from wildtrace.runtime.secrets import MissingKeyError
 
     from hydra.types import RunMode
 
@@ -37,9 +38,11 @@ def _job(dict_cfg: DictConfig) -> float | None:
         settings = to_settings(dict_cfg)
         settings.out_dir = hydra_cfg.runtime.output_dir
         result = run(settings, overrides=list(hydra_cfg.overrides.task), parent_run_id=parent)
-    except (ConfigError, DatasetError, MissingKeyError) as exc:
+    except (ConfigError, DatasetError, MissingKeyError, StorageError) as exc:
         print(f"wildtrace: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+    if result.exit_code:
+        raise SystemExit(result.exit_code)
     return result.summary["overall"] if result.summary else None
 
 

@@ -21,6 +21,10 @@ from wildtrace.core.caps import Caps
 PROVIDERS = ("openai", "anthropic", "gemini", "offline")
 STAGES = ("all", "answer", "judge")
 BUDGET_FIELDS = ("max_tokens", "max_completion_tokens")
+#: decoding.reasoning_effort levels (null = send nothing: the provider's default).
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high")
+#: The temperature range each wire format accepts (Anthropic's Messages API takes 0–1).
+TEMPERATURE_RANGE = {"openai": (0.0, 2.0), "anthropic": (0.0, 1.0), "gemini": (0.0, 2.0), "offline": (0.0, 2.0)}
 #: Judge keys are plain identifiers so that ``judge_panel.judges.<key>.x=`` and
 #: ``~judge_panel.judges.<key>`` work on the command line.
 JUDGE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -44,14 +48,31 @@ class CapsConfig:
 class EndpointConfig:
     """What every endpoint has. ``api_key_env`` is the NAME of the env var, never the key."""
 
+    #: A display name (the model's or judge's family and version).
     name: str = MISSING
+    #: The wire format: openai (and every OpenAI-compatible route), anthropic, gemini, offline.
     provider: str = MISSING
+    #: The model id sent to the endpoint.
     route: str = MISSING
+    #: The API's base URL; requests go to {base_url}/chat/completions, /v1/messages, /v1beta/models/…
     base_url: str = MISSING
+    #: The variable ``base_url`` is read from, named in the error when it is unset (no public default).
+    base_url_env: Optional[str] = None
+    #: The NAME of the environment variable holding the key (never the key itself).
     api_key_env: Optional[str] = None
+    #: Spec §2: send temperature only to endpoints that accept it.
     send_temperature: bool = True
+    #: Stream responses (server-sent events); false for endpoints that cannot.
+    stream: bool = True
+    #: How the OpenAI-compatible dialect reads decoding.reasoning_effort (null = the wire format's own).
+    reasoning_format: Optional[str] = None
+    #: Requests in flight at once (the adaptive limit may go lower under rate limits, never higher).
     max_concurrency: int = 16
+    #: The longest silence allowed on the connection: between bytes when streamed, for the whole body if not.
     timeout_s: float = 600.0
+    #: The longest one attempt may take, start to end.
+    max_call_s: float = 3600.0
+    #: A mapping merged into every request body (provider-specific options).
     extra_body: dict[str, Any] = field(default_factory=dict)
 
 
@@ -59,18 +80,27 @@ class EndpointConfig:
 class ModelConfig(EndpointConfig):
     """The model under test: an endpoint plus its budget rule and context caps."""
 
+    #: A reasoning model: the spec's 32768-token budget (else 8192).
     reasoning: bool = False
+    #: Where the budget goes: max_tokens, or max_completion_tokens (OpenAI's reasoning models).
     budget_field: str = "max_tokens"
+    #: Spec §3 context caps in characters.
     caps: CapsConfig = field(default_factory=CapsConfig)
-    timeout_s: float = 900.0  # long answers from reasoning models on million-character prompts
+    #: Long answers from reasoning models on million-character prompts stay silent for minutes.
+    timeout_s: float = 900.0
 
 
 @dataclass
 class DecodingConfig:
     """Answer decoding (spec §2). ``max_tokens: null`` = 32768 if reasoning else 8192."""
 
+    #: Spec §2: 0.1 for models that accept temperature.
     temperature: float = 0.1
+    #: The completion budget; null = 32768 for reasoning models, else 8192.
     max_tokens: Optional[int] = None
+    #: Reasoning effort (none, minimal, low, medium, high); null sends nothing (the provider's default).
+    reasoning_effort: Optional[str] = None
+    #: > 0 asks for fresh answer calls (a rerun that is not served from the cache).
     replicate: int = 0
 
 
@@ -120,6 +150,18 @@ class CacheConfig:
 
 
 @dataclass
+class GatewayConfig:
+    """Spec §6's single-gateway setup: every endpoint at one OpenAI-compatible URL, one key."""
+
+    #: On: the model and every judge go to ``base_url`` with ``api_key_env``, routes unchanged.
+    enabled: bool = False
+    #: The gateway's OpenAI-compatible base URL (…/v1).
+    base_url: Optional[str] = None
+    #: The NAME of the variable holding the gateway's bearer token.
+    api_key_env: str = "API_KEY"
+
+
+@dataclass
 class MlflowConfig:
     """Where runs are logged. The default is an absolute SQLite URI under outputs/."""
 
@@ -143,10 +185,22 @@ class WildtraceConfig:
     retry: RetryConfig = field(default_factory=RetryConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
     mlflow: MlflowConfig = field(default_factory=MlflowConfig)
+    gateway: GatewayConfig = field(default_factory=GatewayConfig)
+    #: all | answer | judge
     stage: str = "all"
+    #: With stage=judge: a responses.json (or JSON rows) to judge.
     responses: Optional[str] = None
+    #: The run directory (Hydra's, set by the entry point).
     out_dir: Optional[str] = None
+    #: Show a progress bar on a terminal (a progress line every progress_every_s elsewhere).
     progress: bool = True
+    #: Seconds between progress lines when stderr is not a terminal.
+    progress_every_s: float = 30.0
+    #: A response body past this many MiB fails the call (response_too_large), its bytes not kept.
+    max_response_mb: float = 64.0
+    #: After SIGINT/SIGTERM or a storage failure: seconds in-flight calls may take to finish.
+    stop_grace_s: float = 10.0
+    #: Everything a run writes lives under this absolute folder.
     root: str = MISSING
 
 
@@ -178,18 +232,55 @@ def caps_of(model: ModelConfig) -> Caps:
     return Caps(en=model.caps.en, cjk=model.caps.cjk)
 
 
-def _check_endpoint(prefix: str, provider: str, max_concurrency: int, timeout_s: float) -> None:
-    if provider not in PROVIDERS:
-        raise ConfigError(f"{prefix}.provider: unknown provider {provider!r} (choose from {', '.join(PROVIDERS)})")
-    if max_concurrency < 1:
-        raise ConfigError(f"{prefix}.max_concurrency must be at least 1, got {max_concurrency}")
-    if timeout_s <= 0:
-        raise ConfigError(f"{prefix}.timeout_s must be positive, got {timeout_s}")
+def _check_endpoint(prefix: str, e: EndpointConfig) -> None:
+    if e.provider not in PROVIDERS:
+        raise ConfigError(f"{prefix}.provider: unknown provider {e.provider!r} (choose from {', '.join(PROVIDERS)})")
+    if e.max_concurrency < 1:
+        raise ConfigError(f"{prefix}.max_concurrency must be at least 1, got {e.max_concurrency}")
+    for name in ("timeout_s", "max_call_s"):
+        value = getattr(e, name)
+        if not value > 0 or value != value:
+            raise ConfigError(f"{prefix}.{name} must be positive, got {value}")
+    if not e.base_url or not e.base_url.strip():
+        hint = f"set {e.base_url_env} (this endpoint has no public default: nothing is sent to a host nobody named)" \
+            if e.base_url_env else "set it to the API's base URL"
+        raise ConfigError(f"{prefix}.base_url is empty: {hint}")
+    if not e.base_url.startswith(("http://", "https://")):
+        raise ConfigError(f"{prefix}.base_url must start with http:// or https://, got {e.base_url!r}")
+    from wildtrace.providers.base import REASONING_FORMATS
+
+    if e.reasoning_format is not None and e.reasoning_format not in REASONING_FORMATS:
+        raise ConfigError(f"{prefix}.reasoning_format must be null or one of {', '.join(REASONING_FORMATS)}, "
+                          f"got {e.reasoning_format!r}")
+
+
+def _check_temperature(key: str, temperature: float, providers: dict[str, str]) -> None:
+    for where, provider in providers.items():
+        low, high = TEMPERATURE_RANGE.get(provider, (0.0, 2.0))
+        if not low <= temperature <= high:
+            raise ConfigError(f"{key} must be within [{low}, {high}] for {where} ({provider}), got {temperature}")
+
+
+def apply_gateway(cfg: WildtraceConfig) -> WildtraceConfig:
+    """access=gateway: point the model and every judge at one OpenAI-compatible URL and key."""
+    g = cfg.gateway
+    if not g.enabled:
+        return cfg
+    if not g.base_url:
+        raise ConfigError("gateway.base_url is empty: access=gateway needs gateway.base_url=http(s)://…/v1")
+    endpoints: list[EndpointConfig] = [cfg.model, *cfg.judge_panel.judges.values()]
+    for e in endpoints:
+        if e.provider == "offline":
+            continue
+        e.provider, e.base_url, e.api_key_env, e.base_url_env = "openai", g.base_url, g.api_key_env, None
+    return cfg
 
 
 def validate(cfg: WildtraceConfig) -> WildtraceConfig:
     """Checks a schema cannot express; each error names the key."""
-    _check_endpoint("model", cfg.model.provider, cfg.model.max_concurrency, cfg.model.timeout_s)
+    apply_gateway(cfg)
+    if cfg.stage != "judge":
+        _check_endpoint("model", cfg.model)
     if cfg.model.budget_field not in BUDGET_FIELDS:
         raise ConfigError(f"model.budget_field must be one of {BUDGET_FIELDS}, got {cfg.model.budget_field!r}")
     if cfg.model.caps.en < 1 or cfg.model.caps.cjk < 1:
@@ -201,7 +292,8 @@ def validate(cfg: WildtraceConfig) -> WildtraceConfig:
     for key, judge in cfg.judge_panel.judges.items():
         if not JUDGE_KEY.match(key):
             raise ConfigError(f"judge_panel.judges: key {key!r} must use only letters, digits, '_' and '-'")
-        _check_endpoint(f"judge_panel.judges.{key}", judge.provider, judge.max_concurrency, judge.timeout_s)
+        if cfg.stage != "answer":
+            _check_endpoint(f"judge_panel.judges.{key}", judge)
     if cfg.stage not in STAGES:
         raise ConfigError(f"stage must be one of {', '.join(STAGES)}, got {cfg.stage!r}")
     if cfg.stage != "answer" and not cfg.judge_panel.judges:
@@ -210,6 +302,26 @@ def validate(cfg: WildtraceConfig) -> WildtraceConfig:
         raise ConfigError("stage=judge needs responses=PATH (a responses.json, or a JSON list of rows)")
     if cfg.decoding.replicate < 0 or cfg.judge_panel.replicate < 0:
         raise ConfigError("decoding.replicate and judge_panel.replicate must be >= 0")
+    if cfg.decoding.reasoning_effort is not None and cfg.decoding.reasoning_effort not in REASONING_EFFORTS:
+        raise ConfigError(f"decoding.reasoning_effort must be null or one of {', '.join(REASONING_EFFORTS)}, "
+                          f"got {cfg.decoding.reasoning_effort!r}")
+    if cfg.stage != "judge" and cfg.model.send_temperature:
+        _check_temperature("decoding.temperature", cfg.decoding.temperature, {"model": cfg.model.provider})
+    if cfg.stage != "answer":
+        _check_temperature("judge_panel.temperature", cfg.judge_panel.temperature,
+                           {f"judge_panel.judges.{k}": j.provider for k, j in cfg.judge_panel.judges.items()
+                            if j.send_temperature})
+    r = cfg.retry
+    if r.max_retries < 0:
+        raise ConfigError(f"retry.max_retries must be >= 0 (0 = no retries), got {r.max_retries}")
+    for name in ("backoff_base_s", "backoff_max_s", "retry_after_max_s"):
+        value = getattr(r, name)
+        if not value >= 0:
+            raise ConfigError(f"retry.{name} must be >= 0, got {value}")
+    for name in ("max_response_mb", "stop_grace_s", "progress_every_s"):
+        value = getattr(cfg, name)
+        if not value > 0:
+            raise ConfigError(f"{name} must be positive, got {value}")
     return cfg
 
 

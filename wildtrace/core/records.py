@@ -30,6 +30,8 @@ RETRIES_EXHAUSTED = "retries_exhausted"
 HTTP_ERROR = "http_error"
 TRANSPORT_ERROR = "transport_error"
 BAD_RESPONSE = "bad_response"
+QUOTA = "quota_exhausted"  # a quota / spend-limit / billing refusal: never cured by retrying
+RESPONSE_TOO_LARGE = "response_too_large"
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,8 @@ class Completion:
     finish_reason: str | None
     usage: Usage = field(default_factory=Usage)
     refusal: str | None = None  # the provider's refusal signal or message, if any
+    reasoning: str | None = None  # reasoning text the provider returned beside the answer (never judged)
+    served_model: str | None = None  # the model the response says answered (OpenAI ``model``, Gemini ``modelVersion``)
 
 
 @dataclass(frozen=True)
@@ -68,8 +72,14 @@ class CallResult:
     attempts: int
     latency_s: float
     http_status: int | None
-    raw: Any  # the provider's JSON (or error body) as received
+    raw: Any  # the provider's JSON (or error body) as received, non-finite numbers as null
     started_at: float | None = None  # Unix time the first attempt began (for traces and reports)
+    reasoning: str | None = None  # reasoning text returned beside the answer; recorded, never judged
+    served_model: str | None = None  # the model the response names
+    cached: bool = False  # served from the outcome cache (started_at / latency_s are then this run's look-up)
+    original_latency_s: float | None = None  # when cached: the paid call's latency
+    temperature_sent: bool | None = None  # False when the endpoint rejected temperature and it was omitted
+    notes: tuple[str, ...] = ()  # what the harness changed on the way (non-finite numbers nulled, …)
 
 
 @dataclass
@@ -92,6 +102,12 @@ class AnswerRecord:
     prompt_sha256: str | None = None
     prompt_ref: str | None = None  # the prompt with the document replaced by its reference
     raw: Any = None
+    reasoning: str | None = None  # reasoning text returned beside the answer (never judged)
+    served_model: str | None = None  # the model the response says answered
+    cached: bool = False  # served from the outcome cache in this run
+    original_latency_s: float | None = None  # when cached: the paid call's latency
+    temperature_sent: bool | None = None  # False when the endpoint rejected temperature and it was omitted
+    notes: list[str] = field(default_factory=list)  # what the harness changed on the way
 
     def to_dict(self) -> dict:
         """Plain dict for JSON rows."""
@@ -119,6 +135,12 @@ class JudgmentRecord:
     started_at: float | None = None
     prompt: str = ""  # the full judge prompt: small, and what an auditor needs to see
     raw: Any = None
+    reasoning: str | None = None  # reasoning text returned beside the answer (never judged)
+    served_model: str | None = None  # the model the response says answered
+    cached: bool = False  # served from the outcome cache in this run
+    original_latency_s: float | None = None  # when cached: the paid call's latency
+    temperature_sent: bool | None = None  # False when the endpoint rejected temperature and it was omitted
+    notes: list[str] = field(default_factory=list)  # what the harness changed on the way
 
     def to_dict(self) -> dict:
         """Plain dict for JSON rows."""

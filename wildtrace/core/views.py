@@ -43,6 +43,14 @@ def task_scores(answer_status: Mapping[str, str], judgments: pd.DataFrame) -> pd
     return pd.DataFrame(rows, columns=[QID, STATUS, SCORE])
 
 
+def task_outcome(answer_status: str, judgments: Iterable[Mapping]) -> tuple[str, float | None]:
+    """One task's status and score from its answer status and judgment rows (as task_scores does)."""
+    if answer_status != R.ANSWERED:
+        return answer_status, None
+    score = panel_mean(j.get(SCORE) for j in judgments if j.get(STATUS) == R.JUDGED)
+    return (R.UNSCORED, None) if score is None else (R.SCORED, score)
+
+
 def scored_view(tasks: pd.DataFrame) -> tuple[float | None, int]:
     """Scored: mean over valid scored responses, and their number n."""
     scored = tasks.loc[tasks[STATUS] == R.SCORED, SCORE].astype(float)

@@ -29,6 +29,9 @@ class EndpointSpec:
     send_temperature: bool = True
     budget_field: str = "max_tokens"
     extra_body: Mapping[str, Any] = field(default_factory=dict)
+    stream: bool = True
+    max_call_s: float = 3600.0
+    reasoning_format: str | None = None
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,7 @@ class Sampling:
 
     temperature: float | None
     max_tokens: int
+    reasoning_effort: str | None = None
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,21 @@ class WireRequest:
     url: str
     body: dict
     headers: Mapping[str, str] = field(default_factory=dict)
+
+
+REASONING_FORMATS: dict[str, str] = {}  # STUB until the stream branch lands
+
+
+class StreamError(Exception):
+    """STUB"""
+
+    def __init__(self, status: int, message: str, payload: Any) -> None:
+        super().__init__(message)
+        self.status, self.message, self.payload = status, message, payload
+
+
+class IncompleteStream(Exception):
+    """STUB"""
 
 
 def merge_extra(body: dict, extra: Mapping[str, Any]) -> dict:
@@ -70,6 +89,20 @@ class Provider(ABC):
     def temperature(self, sampling: Sampling) -> float | None:
         """The temperature to send, or None when the endpoint must not get one."""
         return sampling.temperature if self.spec.send_temperature else None
+
+    def stream_request(self, request: WireRequest) -> WireRequest:
+        """STUB"""
+        return request
+
+    def stream_reader(self) -> Any:
+        """STUB"""
+        raise NotImplementedError
+
+    def without_temperature(self, request: WireRequest) -> WireRequest:
+        """STUB"""
+        body = dict(request.body)
+        body.pop("temperature", None)
+        return WireRequest(request.url, body, request.headers)
 
     @abstractmethod
     def build_request(self, prompt: str, sampling: Sampling) -> WireRequest:

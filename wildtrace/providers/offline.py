@@ -32,7 +32,7 @@ class OfflineProvider(OpenAIProvider):
 
     name = "offline"
 
-    def answer_locally(self, body: Any) -> tuple[int, dict]:
+    def answer_locally(self, body: Any, replicate: int = 0) -> tuple[int, dict]:
         """(HTTP status, JSON body) for one request, as a server would answer it."""
         route = body.get("model") if isinstance(body, dict) else None
         answer = ROUTES.get(route)

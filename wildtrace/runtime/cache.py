@@ -2,17 +2,25 @@
 
 Each stored outcome is one small JSON file named by the sha256 of what decides it:
 provider, URL, route, the sha256 of the exact request bytes, and the replicate index —
-never the API key, never the request body itself (it holds the document). Files are
-written to a temporary name and renamed into place, so a kill -9 leaves either the whole
-outcome or nothing, and several processes can share one cache directory.
+never the API key, never the request body itself (it holds the document). Whether the
+request is streamed is transport, not content: the key is made from the plain request, so
+switching ``stream`` pays nothing twice. Files are written to a temporary name and renamed
+into place, so a kill -9 leaves either the whole outcome or nothing; several processes can
+share one cache directory, and a call in flight in one of them is waited for by the others
+(a lock file per request key) instead of being paid again.
 """
 
 from __future__ import annotations
 
+import asyncio
+import errno
+import fcntl
 import hashlib
 import json
 import os
 import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +28,14 @@ from typing import Any
 from wildtrace.runtime.outputs import FILE_MODE
 
 CACHE_VERSION = 1
+#: The fields a stored outcome must have; an entry of another shape is a miss.
+OUTCOME_FIELDS = {"payload": object, "http_status": int, "attempts": int, "latency_s": (int, float)}
+#: How often a process waiting for another's call looks at the lock again.
+LOCK_POLL_S = 0.05
+
+
+class StorageError(OSError):
+    """The cache (or a run folder) cannot be written; the message names the path."""
 
 
 def cache_key(provider: str, url: str, route: str, body: bytes, replicate: int) -> tuple[str, dict]:
@@ -36,6 +52,27 @@ def cache_key(provider: str, url: str, route: str, body: bytes, replicate: int) 
     return key, material
 
 
+def _well_formed(outcome: Any) -> bool:
+    if not isinstance(outcome, dict):
+        return False
+    for name, kind in OUTCOME_FIELDS.items():
+        value = outcome.get(name)
+        if name not in outcome or isinstance(value, bool) or not isinstance(value, kind):
+            return False
+    return True
+
+
+def check_writable(directory: Path, what: str) -> None:
+    """Create ``directory`` and write a probe file in it; StorageError naming the path otherwise."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".write-check-", dir=directory)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise StorageError(exc.errno or errno.EIO, f"{what} {directory} is not writable: {exc.strerror or exc}") from None
+
+
 @dataclass
 class Cache:
     """A directory of outcomes; ``enabled=False`` makes every lookup a miss and stores nothing."""
@@ -48,32 +85,75 @@ class Cache:
         return self.directory / key[:2] / f"{key}.json"
 
     def get(self, key: str) -> dict | None:
-        """The stored outcome for ``key``, or None. An unreadable file counts as a miss."""
+        """The stored outcome for ``key``, or None. An unreadable or ill-shaped file is a miss."""
         if not self.enabled:
             return None
         try:
             with open(self._path(key), encoding="utf-8") as fh:
                 entry = json.load(fh)
-        except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
+        except (OSError, ValueError, RecursionError):
             return None
         outcome = entry.get("outcome") if isinstance(entry, dict) else None
-        return outcome if isinstance(outcome, dict) else None
+        return outcome if _well_formed(outcome) else None
 
     def put(self, key: str, material: dict, outcome: dict[str, Any]) -> None:
-        """Store atomically: write a temporary file, fsync, rename into place."""
+        """Store atomically: write a temporary file, fsync, rename into place.
+
+        Raises StorageError (naming the file) when the disk refuses: full, read-only, gone.
+        """
         if not self.enabled:
             return
         path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+        tmp: str | None = None
         try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump({"key": key, "material": material, "outcome": outcome}, fh, ensure_ascii=False)
+                json.dump({"key": key, "material": material, "outcome": outcome}, fh, ensure_ascii=False,
+                          allow_nan=False)
                 fh.flush()
                 os.fsync(fh.fileno())
             os.chmod(tmp, FILE_MODE)
             os.replace(tmp, path)
+        except OSError as exc:
+            if tmp:
+                Path(tmp).unlink(missing_ok=True)
+            raise StorageError(exc.errno or errno.EIO, f"cannot store an outcome in {path}: {exc.strerror or exc}") from None
         except BaseException:
-            Path(tmp).unlink(missing_ok=True)
+            if tmp:
+                Path(tmp).unlink(missing_ok=True)
             raise
         self.stores += 1
+
+    @asynccontextmanager
+    async def lock(self, key: str) -> AsyncIterator[None]:
+        """Hold the request key's lock (across processes); waits while another holder pays for it.
+
+        The lock is an ``flock`` on a small file, so a killed holder releases it at once.
+        A cache that is disabled or cannot hold lock files locks nothing.
+        """
+        path = self.directory / "locks" / key[:2] / f"{key}.lock"
+        fd = self._open_lock(path) if self.enabled else None
+        if fd is None:
+            yield
+            return
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    await asyncio.sleep(LOCK_POLL_S)
+            yield
+            if self._path(key).exists():  # stored: whoever still waits will find it in the cache
+                path.unlink(missing_ok=True)
+        finally:
+            os.close(fd)  # closing the descriptor releases the lock
+
+    @staticmethod
+    def _open_lock(path: Path) -> int | None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            return None

@@ -1,6 +1,16 @@
-"""The one shared HTTP call: transports, concurrency bound, timeouts and the retry rule.
+"""The one shared HTTP call: cache, transports, concurrency bound, streaming, timeouts, retries.
 
-Every provider goes through ``Endpoint.call``; providers never touch a socket.
+Every provider goes through ``Endpoint.call``; providers never touch a socket. This is the
+only place that retries, times out, bounds and caches:
+
+- the outcome cache is looked up first (hits never wait for a slot), and a call in flight
+  in another process is waited for rather than paid twice;
+- requests are streamed where the endpoint streams (``timeout_s`` is then the longest
+  silence allowed between bytes, ``max_call_s`` bounds one attempt), bodies are bounded;
+- the retry rule: transient statuses and transport failures retry with backoff, honouring
+  the server's hints; a quota refusal fails this and every later call of the endpoint at
+  once; a 400 that rejects temperature is sent again without it (not an attempt);
+- every error text and raw failure body is redacted before it is recorded.
 """
 
 from __future__ import annotations
@@ -8,21 +18,30 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import logging
 import random
+import socket
 import ssl
 import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import httpx
 
+from wildtrace.core import jsonsafe
 from wildtrace.core import records as R
 from wildtrace.core.records import CallResult, Usage
-from wildtrace.providers.base import Provider, WireRequest
-from wildtrace.runtime.retry import TRANSIENT_STATUS, RetryPolicy, parse_retry_after
+from wildtrace.providers.base import IncompleteStream, Provider, StreamError, WireRequest
+from wildtrace.runtime.cache import Cache, StorageError, cache_key
+from wildtrace.runtime.ratelimit import AdaptiveLimit
+from wildtrace.runtime.retry import FAIL, QUOTA, RetryPolicy, classify, retry_hint, temperature_rejected
+from wildtrace.runtime.secrets import redact
+
+log = logging.getLogger(__name__)
 
 #: Phrases providers use when the prompt does not fit the window (a 400, not a crash).
 CONTEXT_LENGTH_MARKERS = (
@@ -36,6 +55,15 @@ CONTEXT_LENGTH_MARKERS = (
     "exceeds the maximum number of tokens",
     "input token count",
 )
+#: The replicate index, told to in-process answerers only (the offline provider's sampling seed).
+REPLICATE_HEADER = "x-wildtrace-replicate"
+#: An error body is kept to this many bytes; the provider's message is in its first lines.
+ERROR_BODY_LIMIT = 1 << 20
+#: Sockets probe an idle connection after this many seconds, so a proxy or NAT that drops
+#: silent connections during a long generation is noticed (and the kernel keeps it alive).
+KEEPALIVE = ((socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1),) + tuple(
+    (socket.IPPROTO_TCP, getattr(socket, name), value)
+    for name, value in (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 15), ("TCP_KEEPCNT", 4)) if hasattr(socket, name))
 
 
 def encode_body(body: dict) -> bytes:
@@ -50,14 +78,13 @@ def interpret(provider: Provider, payload: Any, status: int, attempts: int, late
     except (ValueError, TypeError, AttributeError) as exc:
         return CallResult(False, None, R.BAD_RESPONSE, f"unreadable {provider.name} response: {exc}", None, Usage(),
                           attempts, latency_s, status, payload)
+    base = CallResult(True, completion.text, None, None, completion.finish_reason, completion.usage, attempts,
+                      latency_s, status, payload, reasoning=completion.reasoning, served_model=completion.served_model)
     if completion.refusal:
-        return CallResult(False, completion.text, R.REFUSAL, str(completion.refusal), completion.finish_reason,
-                          completion.usage, attempts, latency_s, status, payload)
+        return replace(base, ok=False, reason=R.REFUSAL, error=str(completion.refusal))
     if completion.text is None or not completion.text.strip():
-        return CallResult(False, completion.text, R.EMPTY_OUTPUT, "empty or whitespace-only output",
-                          completion.finish_reason, completion.usage, attempts, latency_s, status, payload)
-    return CallResult(True, completion.text, None, None, completion.finish_reason, completion.usage, attempts,
-                      latency_s, status, payload)
+        return replace(base, ok=False, reason=R.EMPTY_OUTPUT, error="empty or whitespace-only output")
+    return base
 
 
 def is_storable(result: CallResult) -> bool:
@@ -68,11 +95,25 @@ def is_storable(result: CallResult) -> bool:
     return result.ok or result.reason in (R.REFUSAL, R.EMPTY_OUTPUT)
 
 
-def _decode(response: httpx.Response) -> Any:
+def strict(value: Any) -> tuple[Any, tuple[str, ...]]:
+    """``value`` with non-finite numbers as null (so the cache and run files can hold it), and a note."""
+    clean, paths = jsonsafe.sanitize(value)
+    if not paths:
+        return value, ()
+    shown = ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
+    return clean, (f"non-finite numbers replaced by null at {shown}",)
+
+
+def decode_json(data: bytes) -> tuple[Any, tuple[str, ...]]:
+    """A body as strict JSON plus notes, or a marker holding its first bytes when it is not JSON."""
     try:
-        return response.json()
-    except ValueError:
-        return {"non_json_body": response.text[:2000]}
+        value = json.loads(data)  # fast path; accepts NaN/Infinity, which ``strict`` then nulls
+    except (ValueError, RecursionError):
+        try:
+            value = jsonsafe.loads(data)  # huge numbers, odd bytes: never raises but ValueError
+        except ValueError:
+            return {"non_json_body": data[:2000].decode("utf-8", "replace")}, ()
+    return strict(value)
 
 
 def proxy_for(base_url: str) -> str | None:
@@ -89,30 +130,53 @@ def _ssl_context() -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
+class ResponseTooLarge(Exception):
+    """A body past the endpoint's bound: the call fails with its own reason, the bytes not kept."""
+
+
 @dataclass
 class Attempt:
-    """What one HTTP attempt gave: a response, or a transport failure."""
+    """What one HTTP attempt gave: a status with its headers and decoded body, or a transport failure."""
 
-    response: httpx.Response | None
-    failure: str | None  # "timeout: …" or "transport_error: …"
+    status: int | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    payload: Any = None
+    failure: str | None = None  # "timeout: …", "transport_error: …"
+    too_large: bool = False
+    notes: tuple[str, ...] = ()  # e.g. non-finite numbers the body held, replaced by null
+
+    @property
+    def success(self) -> bool:
+        """A 2xx with a body to read."""
+        return self.status is not None and 200 <= self.status < 300 and self.failure is None and not self.too_large
+
+
+#: What ``_fetch`` returns when the endpoint rejected temperature: resend without it.
+_RESEND = object()
 
 
 class Endpoint:
-    """One endpoint (the model, or a judge) with its own connections and concurrency bound."""
+    """One endpoint (the model, or a judge): its cache, connections, limit and retry rule."""
 
     def __init__(
         self,
         provider: Provider,
         api_key: str | None,
         retry: RetryPolicy,
+        cache: Cache | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         on_retry: Callable[[str], None] | None = None,
         seed: int | None = None,
+        max_response_bytes: int = 64 << 20,
     ) -> None:
         spec = provider.spec
         self.provider = provider
         self.retry = retry
+        self.cache = cache or Cache(Path(), enabled=False)
         self.on_retry = on_retry or (lambda label: None)
+        self.max_response_bytes = max_response_bytes
+        self._local = hasattr(provider, "answer_locally")
+        self.streaming = spec.stream and not self._local
         self._rng = random.Random(seed)
         self._auth = provider.auth_headers(api_key) if api_key else {}
         self._timeout = httpx.Timeout(spec.timeout_s, connect=min(spec.timeout_s, 30.0))
@@ -124,90 +188,231 @@ class Endpoint:
         self._slots: asyncio.Queue[httpx.AsyncBaseTransport] = asyncio.Queue()
         for slot in self._transports:
             self._slots.put_nowait(slot)
+        self.limit = AdaptiveLimit(spec.max_concurrency)
         self._extensions = {"timeout": self._timeout.as_dict()}
         self.requests_sent = 0
         self.retries = 0
+        self.hits = 0
+        self.temperature_dropped = False
+        self.quota_error: str | None = None
+        self.served_models: dict[str, int] = {}
+        self.storage_error: StorageError | None = None  # the first store that failed; the run stops sending
+
+    @property
+    def label(self) -> str:
+        """The endpoint's role in records: "model" or a judge key."""
+        return self.provider.spec.label
 
     @staticmethod
     def _transport(proxy: str | None) -> httpx.AsyncBaseTransport:
-        return httpx.AsyncHTTPTransport(verify=_ssl_context(), retries=0, proxy=proxy,
+        return httpx.AsyncHTTPTransport(verify=_ssl_context(), retries=0, proxy=proxy, socket_options=KEEPALIVE,
                                         limits=httpx.Limits(max_connections=1, max_keepalive_connections=1))
 
     async def aclose(self) -> None:
         """Close every slot's connection."""
-        await asyncio.gather(*(transport.aclose() for transport in self._transports))
+        await asyncio.gather(*(transport.aclose() for transport in set(self._transports)))
+
+    # ------------------------------------------------------------------ the call
+
+    async def call(self, request: WireRequest, replicate: int = 0, cost_tokens: int = 0) -> CallResult:
+        """The outcome of one logical request: from the cache, or fetched (with retries) and stored.
+
+        ``cost_tokens`` is the request's estimated size, for pacing against a token budget.
+        """
+        while True:
+            if self.temperature_dropped:
+                request = self.provider.without_temperature(request)
+            content = encode_body(request.body)
+            key, material = cache_key(self.provider.spec.provider, request.url, self.provider.spec.route, content,
+                                      replicate)
+            hit = self._lookup(key, request)
+            if hit is not None:
+                return hit
+            async with self.cache.lock(key):
+                hit = self._lookup(key, request)  # another process may have paid for it while we waited
+                if hit is not None:
+                    return hit
+                result = await self._fetch(request, cost_tokens, replicate)
+                if result is _RESEND:
+                    continue
+                assert isinstance(result, CallResult)
+                result = self._finish(result, request)
+                if is_storable(result):
+                    result = self._store(key, material, result)
+                return result
+
+    def _store(self, key: str, material: dict, result: CallResult) -> CallResult:
+        """Cache an outcome; a store that fails is remembered (the run stops sending) and noted."""
+        try:
+            self.cache.put(key, material, {"payload": result.raw, "http_status": result.http_status,
+                                           "attempts": result.attempts, "latency_s": result.latency_s,
+                                           "started_at": result.started_at})
+        except StorageError as exc:
+            self.storage_error = self.storage_error or exc
+            return replace(result, notes=result.notes + (f"not cached: {exc}",))
+        return result
+
+    def _lookup(self, key: str, request: WireRequest) -> CallResult | None:
+        started, started_at = time.perf_counter(), time.time()
+        stored = self.cache.get(key)
+        if stored is None:
+            return None
+        self.hits += 1
+        result = interpret(self.provider, stored["payload"], stored["http_status"], stored["attempts"],
+                           time.perf_counter() - started)
+        return self._finish(replace(result, started_at=started_at, cached=True,
+                                    original_latency_s=float(stored["latency_s"])), request)
+
+    def _finish(self, result: CallResult, request: WireRequest) -> CallResult:
+        """What every outcome gets before it is recorded: temperature sent, the served model, redaction."""
+        if result.served_model:
+            self.served_models[result.served_model] = self.served_models.get(result.served_model, 0) + 1
+        result = replace(result, temperature_sent=self._has_temperature(request))
+        if result.ok:
+            return result
+        return replace(result, error=redact(result.error), raw=redact(result.raw))
+
+    async def _fetch(self, request: WireRequest, cost_tokens: int, replicate: int) -> CallResult | object:
+        started, started_at = time.perf_counter(), time.time()
+
+        def failed(reason: str, error: str | None, attempts: int, attempt: Attempt | None = None) -> CallResult:
+            return CallResult(False, None, reason, error, None, Usage(), attempts, time.perf_counter() - started,
+                              attempt.status if attempt else None, attempt.payload if attempt else None,
+                              started_at=started_at)
+
+        if self.quota_error is not None:
+            return failed(R.QUOTA, f"not sent: an earlier call was refused for quota ({self.quota_error})", 0)
+        wire = self.provider.stream_request(request) if self.streaming else request
+        if self._local:  # the in-process answerer seeds its sampling from the replicate index
+            wire = replace(wire, headers={**wire.headers, REPLICATE_HEADER: str(replicate)})
+        content = encode_body(wire.body)
+        for attempt_no in range(1, self.retry.max_retries + 2):
+            attempt = await self._send(wire, content, cost_tokens)
+            if attempt.success:
+                result = interpret(self.provider, attempt.payload, attempt.status or 200, attempt_no,
+                                   time.perf_counter() - started)
+                return replace(result, started_at=started_at, notes=attempt.notes)
+            if attempt.too_large:
+                return failed(R.RESPONSE_TOO_LARGE, f"response body larger than {self.max_response_bytes} bytes "
+                              "(max_response_mb); not kept", attempt_no, attempt)
+            if attempt.status == 400 and not self.temperature_dropped and self._has_temperature(request) \
+                    and temperature_rejected(attempt.status, attempt.payload):
+                self._drop_temperature(attempt)
+                return _RESEND
+            error = attempt.failure or self._http_error(attempt)
+            verdict = classify(attempt.status, attempt.headers, attempt.payload) if attempt.failure is None else None
+            if verdict == QUOTA:
+                self.quota_error = error
+                log.warning("%s: quota or spend limit reached (%s); the endpoint's remaining calls fail at once",
+                            self.label, redact(error))
+                return failed(R.QUOTA, error, attempt_no, attempt)
+            if verdict == FAIL:
+                return failed(self._reason(attempt), error, attempt_no, attempt)
+            if attempt_no > self.retry.max_retries:
+                return failed(R.RETRIES_EXHAUSTED, error, attempt_no, attempt)
+            self.retries += 1
+            self.on_retry(self.label)
+            hint = retry_hint(attempt.headers, attempt.payload) if attempt.status is not None else None
+            await asyncio.sleep(self.retry.delay(attempt_no, hint, self._rng))
+        raise AssertionError("a retry loop of max_retries + 1 attempts ends inside the loop")
+
+    # ------------------------------------------------------------------ one attempt
+
+    async def _send(self, wire: WireRequest, content: bytes, cost_tokens: int) -> Attempt:
+        await self.limit.acquire(cost_tokens)
+        slot = await self._slots.get()
+        attempt = Attempt(failure="transport_error: not sent")
+        try:
+            attempt = await self._attempt(slot, wire, content)
+        finally:
+            self._slots.put_nowait(slot)
+            self.limit.release(attempt.status, attempt.headers)
+        return attempt
 
     async def _attempt(self, transport: httpx.AsyncBaseTransport, request: WireRequest, content: bytes) -> Attempt:
         # Straight to the slot's transport: none of a client's layers (redirects, cookies,
         # auth flows, proxy mounts) apply to a JSON POST, and skipping them is measurably faster.
         headers = {"content-type": "application/json", **request.headers, **self._auth}
-        wire = httpx.Request("POST", request.url, content=content, headers=headers, extensions=self._extensions)
+        spec = self.provider.spec
         self.requests_sent += 1
         try:
-            response = await transport.handle_async_request(wire)
-            try:
-                await response.aread()
-            finally:
-                await response.aclose()
-            return Attempt(response, None)
+            async with asyncio.timeout(spec.max_call_s):
+                wire = httpx.Request("POST", request.url, content=content, headers=headers,
+                                     extensions=self._extensions)
+                response = await transport.handle_async_request(wire)
+                try:
+                    return await self._read(response)
+                finally:
+                    await response.aclose()
+        except TimeoutError:
+            return Attempt(failure=f"timeout: the call took longer than max_call_s={spec.max_call_s}s")
         except httpx.TimeoutException as exc:
-            return Attempt(None, f"timeout: {type(exc).__name__} after {self.provider.spec.timeout_s}s")
+            return Attempt(failure=f"timeout: {type(exc).__name__}: no byte for timeout_s={spec.timeout_s}s")
         except httpx.TransportError as exc:
-            return Attempt(None, f"transport_error: {type(exc).__name__}: {exc}")
+            return Attempt(failure=f"transport_error: {type(exc).__name__}: {exc}")
+        except httpx.InvalidURL as exc:
+            return Attempt(failure=f"transport_error: invalid URL: {exc}")
 
-    async def call(self, request: WireRequest, content: bytes | None = None) -> CallResult:
-        """Send one logical request: up to 1 + max_retries attempts under the endpoint's bound.
+    async def _read(self, response: httpx.Response) -> Attempt:
+        status, headers = response.status_code, {k.lower(): v for k, v in response.headers.items()}
+        success = 200 <= status < 300
+        bound = self.max_response_bytes if success else ERROR_BODY_LIMIT
+        if success and self.streaming and "text/event-stream" in headers.get("content-type", ""):
+            return await self._read_stream(response, status, headers)
+        body = bytearray()
+        async for chunk in response.stream:  # type: ignore[union-attr]  # raw bytes, also for in-process responses
+            body += chunk
+            if len(body) > bound:
+                if success:
+                    return Attempt(status, headers, too_large=True)
+                break  # an error body: its first megabyte says what went wrong
+        payload, notes = decode_json(bytes(body[:bound]))
+        return Attempt(status, headers, payload, notes=notes)
 
-        ``content`` is ``encode_body(request.body)`` when the caller already has it.
-        """
-        content = encode_body(request.body) if content is None else content
-        slot = await self._slots.get()
+    async def _read_stream(self, response: httpx.Response, status: int, headers: dict[str, str]) -> Attempt:
+        reader = self.provider.stream_reader()
+        size = 0
         try:
-            started, started_at = time.perf_counter(), time.time()
-            for attempt_no in range(1, self.retry.max_retries + 2):
-                attempt = await self._attempt(slot, request, content)
-                response = attempt.response
-                if response is not None and response.is_success:
-                    return replace(interpret(self.provider, _decode(response), response.status_code, attempt_no,
-                                             time.perf_counter() - started), started_at=started_at)
-                transient = response is None or response.status_code in TRANSIENT_STATUS
-                error = attempt.failure if response is None else self._http_error(response)
-                if not transient:
-                    return replace(self._failed(self._reason(response), error, attempt_no, started, response),
-                                   started_at=started_at)
-                if attempt_no > self.retry.max_retries:
-                    return replace(self._failed(R.RETRIES_EXHAUSTED, error, attempt_no, started, response),
-                                   started_at=started_at)
-                self.retries += 1
-                self.on_retry(self.provider.spec.label)
-                retry_after = parse_retry_after(response.headers.get("retry-after")) if response is not None else None
-                await asyncio.sleep(self.retry.delay(attempt_no, retry_after, self._rng))
-        finally:
-            self._slots.put_nowait(slot)
-        raise AssertionError("unreachable")
+            async for chunk in response.stream:  # type: ignore[union-attr]  # raw bytes, also for in-process responses
+                size += len(chunk)
+                if size > self.max_response_bytes:
+                    return Attempt(status, headers, too_large=True)
+                reader.feed(chunk)
+            payload, notes = strict(reader.finish())
+            return Attempt(status, headers, payload, notes=notes)
+        except StreamError as exc:  # an error event mid-stream counts as the status it stands for
+            payload, _ = strict(exc.payload if exc.payload is not None else {"error": {"message": exc.message}})
+            return Attempt(exc.status, headers, payload)
+        except IncompleteStream as exc:
+            return Attempt(failure=f"transport_error: stream cut short: {exc}")
 
-    def _http_error(self, response: httpx.Response) -> str:
-        return f"HTTP {response.status_code}: {self.provider.error_message(_decode(response))}"
+    # ------------------------------------------------------------------ helpers
+
+    def _has_temperature(self, request: WireRequest) -> bool:
+        return self.provider.without_temperature(request).body != request.body
+
+    def _drop_temperature(self, attempt: Attempt) -> None:
+        self.temperature_dropped = True
+        log.warning("%s (%s): the endpoint rejects temperature (%s); sending every request of this run "
+                    "without it, and recording temperature_sent=false", self.label, self.provider.spec.route,
+                    redact(self._http_error(attempt)))
+
+    def _http_error(self, attempt: Attempt) -> str:
+        return f"HTTP {attempt.status}: {self.provider.error_message(attempt.payload)}"
 
     @staticmethod
-    def _reason(response: httpx.Response) -> str:
-        text = response.text.lower()
-        if response.status_code in (400, 413, 422) and any(m in text for m in CONTEXT_LENGTH_MARKERS):
+    def _reason(attempt: Attempt) -> str:
+        text = json.dumps(attempt.payload, default=str).lower() if attempt.payload is not None else ""
+        if attempt.status in (400, 413, 422) and any(m in text for m in CONTEXT_LENGTH_MARKERS):
             return R.CONTEXT_LENGTH
         return R.HTTP_ERROR
 
-    @staticmethod
-    def _failed(reason: str, error: str | None, attempts: int, started: float, response: httpx.Response | None) -> CallResult:
-        raw = _decode(response) if response is not None else None
-        return CallResult(False, None, reason, error, None, Usage(), attempts, time.perf_counter() - started,
-                          response.status_code if response is not None else None, raw)
 
-
-def local_transport(answer: Callable[[Any], tuple[int, dict]]) -> httpx.AsyncBaseTransport:
+def local_transport(answer: Callable[[Any, int], tuple[int, dict]]) -> httpx.AsyncBaseTransport:
     """An in-process transport for providers that answer locally (the offline provider)."""
 
     def handle(request: httpx.Request) -> httpx.Response:
-        status, payload = answer(json.loads(request.content))
+        status, payload = answer(json.loads(request.content), int(request.headers.get(REPLICATE_HEADER, "0")))
         return httpx.Response(status, json=payload)
 
     return httpx.MockTransport(handle)

@@ -2,56 +2,41 @@
 
 Answers are produced by a pool of ``model.max_concurrency`` workers (so at most that many
 documents are in memory); each answer goes to the judges the moment it arrives, and each
-judge endpoint has its own bound. Nothing here knows a wire format or a config library.
+judge endpoint has its own bound. The run reports what happens to an observer it is handed
+(task started, call finished, task done) and never knows who listens. A stop (a signal, a
+store that fails) ends the sending: in-flight calls get a grace period, and the outcome
+holds every task that finished. Nothing here knows a wire format or a config library.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from wildtrace.core import records as R
 from wildtrace.core.caps import Caps, CapsDecision, decide
+from wildtrace.core.events import RunObserver, TaskDone
 from wildtrace.core.judging import parse_judge_reply
 from wildtrace.core.prompts import answer_prompt, document_reference, judge_prompt
 from wildtrace.core.records import AnswerRecord, CallResult, JudgmentRecord
 from wildtrace.core.tasks import Task
+from wildtrace.core.views import task_outcome
 from wildtrace.providers.base import EndpointSpec, Provider, Sampling
 from wildtrace.providers.registry import make_provider
-from wildtrace.runtime.cache import Cache
-from wildtrace.runtime.calls import CachedEndpoint
+from wildtrace.runtime.cache import Cache, cache_key
 from wildtrace.runtime.dataset import Dataset, read_document
-from wildtrace.runtime.http import Endpoint, local_transport
+from wildtrace.runtime.http import Endpoint, encode_body, interpret, local_transport
+from wildtrace.runtime.ratelimit import estimate_tokens
 from wildtrace.runtime.retry import RetryPolicy
-
-
-class MissingKeyError(RuntimeError):
-    """An endpoint's api_key_env names a variable that is not set."""
 
 
 def sha256_text(text: str) -> str:
     """sha256 of a prompt's UTF-8 bytes, recorded so a prompt can be checked without storing it."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def read_keys(specs: list[EndpointSpec], environ: Mapping[str, str] = os.environ) -> dict[str, str | None]:
-    """label → key, read once at start. A missing variable stops the run before any request."""
-    keys: dict[str, str | None] = {}
-    for spec in specs:
-        if spec.provider == "offline" or not spec.api_key_env:
-            keys[spec.label] = None
-            continue
-        value = environ.get(spec.api_key_env)
-        if not value:
-            where = "model" if spec.label == "model" else f"judge_panel.judges.{spec.label}"
-            raise MissingKeyError(f"{where}.api_key_env: environment variable {spec.api_key_env} is not set "
-                                  f"(it must hold the API key for {spec.name})")
-        keys[spec.label] = value
-    return keys
 
 
 @dataclass
@@ -64,40 +49,43 @@ class Counters:
     judged: int = 0
     judge_unavailable: int = 0
     retries: int = 0
+    tasks_done: int = 0
+    #: (label, reason) → count of failed calls, for the headline's "failures by reason".
+    failures: Counter = field(default_factory=Counter)
+    #: label → count of calls made (cached or not) and their errors, for the dominant error.
+    calls: Counter = field(default_factory=Counter)
+    errors: dict[str, Counter] = field(default_factory=dict)
 
     def as_postfix(self) -> dict[str, int]:
-        """Short names for the tqdm postfix."""
+        """Short names for the progress line."""
         return {"ok": self.answered, "failed": self.failed, "ooc": self.out_of_context, "judged": self.judged,
                 "j_unavail": self.judge_unavailable, "retries": self.retries}
 
-
-@dataclass
-class Caller:
-    """A provider and its cached endpoint: what the pipeline uses to make one call."""
-
-    provider: Provider
-    endpoint: CachedEndpoint
-
-    @property
-    def label(self) -> str:
-        """"model" or the judge key."""
-        return self.provider.spec.label
+    def record_call(self, label: str, result: CallResult) -> None:
+        """Count one call's outcome under its endpoint."""
+        self.calls[label] += 1
+        if not result.ok:
+            self.failures[(label, result.reason or "unknown")] += 1
+            self.errors.setdefault(label, Counter())[(result.error or result.reason or "unknown")[:160]] += 1
 
 
-def make_caller(spec: EndpointSpec, key: str | None, retry: RetryPolicy, cache: Cache,
-                on_retry: Callable[[str], None]) -> Caller:
+def make_endpoint(spec: EndpointSpec, key: str | None, retry: RetryPolicy, cache: Cache,
+                  on_retry: Callable[[str], None], max_response_bytes: int = 64 << 20) -> Endpoint:
     """Provider + HTTP endpoint + cache for one spec. Offline providers get an in-process transport."""
     provider = make_provider(spec)
-    transport = local_transport(provider.answer_locally) if hasattr(provider, "answer_locally") else None
-    endpoint = Endpoint(provider, key, retry, transport=transport, on_retry=on_retry)
-    return Caller(provider, CachedEndpoint(endpoint, cache))
+    local = getattr(provider, "answer_locally", None)
+    transport = local_transport(local) if local is not None else None
+    return Endpoint(provider, key, retry, cache=cache, transport=transport, on_retry=on_retry,
+                    max_response_bytes=max_response_bytes)
 
 
 def call_fields(result: CallResult) -> dict:
-    """What every record keeps of its call: error, usage, attempts, timing, status, raw JSON."""
+    """What every record keeps of its call: error, usage, attempts, timing, status, raw JSON, provenance."""
     return {"error": result.error, "usage": result.usage.to_dict(), "attempts": result.attempts,
             "latency_s": result.latency_s, "started_at": result.started_at, "http_status": result.http_status,
-            "raw": result.raw}
+            "raw": result.raw, "reasoning": result.reasoning, "served_model": result.served_model,
+            "cached": result.cached, "original_latency_s": result.original_latency_s,
+            "temperature_sent": result.temperature_sent, "notes": list(result.notes)}
 
 
 def answer_record(task: Task, caps: CapsDecision, document: dict, prompt_sha: str, prompt_ref: str,
@@ -146,123 +134,309 @@ class Plan:
     judge_sampling: Sampling
     answer_replicate: int
     judge_replicate: int
-    model: Caller | None  # None with stage=judge
-    judges: list[Caller]
+    model: Endpoint | None  # None with stage=judge
+    judges: list[Endpoint]
     given_answers: dict[str, dict] | None = None  # stage=judge: rows read from responses=PATH
+    grace_s: float = 10.0  # after a stop, how long in-flight calls may finish
 
 
 @dataclass
 class Outcome:
-    """Everything a run produced, in dataset order."""
+    """Everything a run produced, in dataset order: only finished tasks when it was stopped."""
 
     answers: list[dict]
     judgments: list[JudgmentRecord]
     counters: Counters
     wall_s: float
+    stopped: str | None = None  # why the run stopped early (a signal, a storage failure), or None
 
 
-def document_of(plan: Plan, task: Task) -> dict:
+def decisions_of(dataset: Dataset, caps: Caps) -> dict[str, CapsDecision]:
+    """The caps decision of every task (spec §3), from the measured documents."""
+    return {t.question_id: decide(dataset.document(t).chars, dataset.document(t).ideographs, caps)
+            for t in dataset.tasks}
+
+
+def document_of(dataset: Dataset, task: Task) -> dict:
     """The task's document by reference: corpus file and sha256 (chars are in the caps decision)."""
-    return {"corpus_file": task.corpus_file, "sha256": plan.dataset.document(task).sha256}
+    return {"corpus_file": task.corpus_file, "sha256": dataset.document(task).sha256}
 
 
-async def _answer(plan: Plan, task: Task, decision: CapsDecision) -> AnswerRecord:
-    document_ref = document_of(plan, task)
-    if not decision.in_scope:
-        return AnswerRecord(question_id=task.question_id, status=R.OUT_OF_CONTEXT, caps=decision.to_dict(),
-                            document=document_ref,
-                            reason=f"document has {decision.doc_chars} characters > {decision.cap_kind} cap {decision.cap}")
-    assert plan.model is not None
-    document = await asyncio.to_thread(read_document, plan.dataset.document(task).path)
-    prompt = answer_prompt(task.question_text, document)
-    del document
-    request = plan.model.provider.build_request(prompt, plan.answer_sampling)
-    result = await plan.model.endpoint.call(request, plan.answer_replicate)
-    reference = answer_prompt(task.question_text,
-                              document_reference(task.corpus_file, document_ref["sha256"], decision.doc_chars))
-    return answer_record(task, decision, document_ref, sha256_text(prompt), reference, result)
+# ---------------------------------------------------------------------- the survey
 
 
-async def _judge(plan: Plan, judge: Caller, task: Task, response: str) -> JudgmentRecord:
-    prompt = judge_prompt(task.question_text, task.rubric, response)
-    request = judge.provider.build_request(prompt, plan.judge_sampling)
-    result = await judge.endpoint.call(request, plan.judge_replicate)
-    return judgment_record(task, judge.label, prompt, result)
+@dataclass
+class Survey:
+    """What a run will have to send, found before any request from the caps and the cache."""
+
+    answers_to_request: int = 0
+    answers_cached: int = 0
+    out_of_context: int = 0
+    judge_calls_to_make: Counter = field(default_factory=Counter)  # per judge, for answers already known
+    judge_calls_cached: int = 0
+    judge_calls_pending: int = 0  # per judge: answers not known yet, each will be judged if it succeeds
+
+    def needs(self, label: str) -> bool:
+        """Whether endpoint ``label`` has at least one call to make (so its key is needed)."""
+        if label == "model":
+            return self.answers_to_request > 0
+        return self.judge_calls_to_make[label] > 0 or self.judge_calls_pending > 0
+
+    def describe(self, judges: list[str]) -> str:
+        """One line for the terminal before the first request."""
+        parts = [f"answers: {self.answers_to_request} to request, {self.answers_cached} from the cache, "
+                 f"{self.out_of_context} out of context"]
+        if judges:
+            to_make = sum(self.judge_calls_to_make.values())
+            pending = self.judge_calls_pending * len(judges)
+            parts.append(f"judge calls: {to_make} to make" + (f" (+ up to {pending} for new answers)" if pending else "")
+                         + f", {self.judge_calls_cached} from the cache")
+        return "plan: " + "; ".join(parts)
 
 
-async def execute(plan: Plan, counters: Counters | None = None,
-                  progress: Callable[[Counters, bool], None] = lambda c, done: None) -> Outcome:
-    """Run the plan; returns rows in dataset order. ``progress(counters, task_done)`` is live."""
-    started = time.perf_counter()
-    counters = counters or Counters()
-    tasks = plan.dataset.tasks
-    decisions = {t.question_id: decide(plan.dataset.document(t).chars, plan.dataset.document(t).ideographs, plan.caps)
-                 for t in tasks}
-    answers: dict[str, dict] = {}
-    judgments: dict[tuple[str, str], JudgmentRecord] = {}
+def _cached_ok(provider: Provider, cache: Cache, body: bytes, url: str, replicate: int) -> str | None:
+    """The answer text the cache holds for this request, "" for a stored failure, None for a miss."""
+    key, _ = cache_key(provider.spec.provider, url, provider.spec.route, body, replicate)
+    stored = cache.get(key)
+    if stored is None:
+        return None
+    result = interpret(provider, stored["payload"], stored["http_status"], stored["attempts"], 0.0)
+    return result.text if result.ok and result.text else ""
 
-    async with asyncio.TaskGroup() as group:
 
-        async def judge_all(task: Task, response: str) -> None:
-            async def one(judge: Caller) -> None:
-                record = await _judge(plan, judge, task, response)
-                judgments[(task.question_id, judge.label)] = record
-                if record.status == R.JUDGED:
-                    counters.judged += 1
-                else:
-                    counters.judge_unavailable += 1
-                progress(counters, False)
-
-            async with asyncio.TaskGroup() as panel:
-                for judge in plan.judges:
-                    panel.create_task(one(judge))
-            progress(counters, True)
-
-        def settle(task: Task, row: dict) -> None:
-            answers[task.question_id] = row
-            status = row["status"]
-            if status == R.ANSWERED:
-                counters.answered += 1
-                if plan.judges:
-                    group.create_task(judge_all(task, row["response"]))
-                    progress(counters, False)
-                    return
-            elif status == R.OUT_OF_CONTEXT:
-                counters.out_of_context += 1
-            else:
-                counters.failed += 1
-            progress(counters, True)
-
-        if plan.given_answers is not None:
-            for task in tasks:
-                row = plan.given_answers.get(task.question_id)
-                if row is None:
-                    row = {"question_id": task.question_id, "status": R.MISSING, "caps": decisions[task.question_id].to_dict(),
-                           "document": document_of(plan, task), "reason": "no row in the responses file"}
-                    answers[task.question_id] = row
-                    counters.failed += 1
-                    progress(counters, True)
-                    continue
-                row.setdefault("caps", decisions[task.question_id].to_dict())
-                row.setdefault("document", document_of(plan, task))
-                settle(task, row)
+def survey(plan_dataset: Dataset, caps: Caps, model: Provider | None, judges: list[Provider], cache: Cache,
+           answer_sampling: Sampling, judge_sampling: Sampling, answer_replicate: int, judge_replicate: int,
+           given_answers: dict[str, dict] | None = None) -> Survey:
+    """Count the calls a run will make, reading documents one at a time and looking up the cache."""
+    out = Survey()
+    decisions = decisions_of(plan_dataset, caps)
+    for task in plan_dataset.tasks:
+        answer: str | None
+        if given_answers is not None:
+            row = given_answers.get(task.question_id) or {}
+            answer = row.get("response") if row.get("status") == R.ANSWERED else ""
+        elif not decisions[task.question_id].in_scope:
+            out.out_of_context += 1
+            continue
         else:
+            assert model is not None
+            prompt = answer_prompt(task.question_text, read_document(plan_dataset.document(task).path))
+            request = model.build_request(prompt, answer_sampling)
+            answer = _cached_ok(model, cache, encode_body(request.body), request.url, answer_replicate)
+            del prompt, request
+            if answer is None:
+                out.answers_to_request += 1
+            else:
+                out.answers_cached += 1
+        if not judges:
+            continue
+        if answer is None:
+            out.judge_calls_pending += 1
+            continue
+        if not answer:
+            continue  # a failed answer is never judged
+        prompt = judge_prompt(task.question_text, task.rubric, answer)
+        for judge in judges:
+            request = judge.build_request(prompt, judge_sampling)
+            if _cached_ok(judge, cache, encode_body(request.body), request.url, judge_replicate) is None:
+                out.judge_calls_to_make[judge.spec.label] += 1
+            else:
+                out.judge_calls_cached += 1
+    return out
+
+
+# ---------------------------------------------------------------------- execution
+
+
+class Stop:
+    """A request to stop sending, with the first reason given (a signal, a storage failure)."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self.now = asyncio.Event()  # a second request: no grace period
+        self.reason: str | None = None
+
+    def request(self, reason: str) -> None:
+        """Stop sending; the first reason is the one reported."""
+        if self.reason is None:
+            self.reason = reason
+        self.event.set()
+
+    def hurry(self) -> None:
+        """Cancel the calls in flight now, without waiting for the grace period."""
+        self.request("stopped")
+        self.now.set()
+
+    def is_set(self) -> bool:
+        """True once a stop was requested."""
+        return self.event.is_set()
+
+
+class _Run:
+    """One execution's state: records by task, the stop flag, and the observer."""
+
+    def __init__(self, plan: Plan, observer: RunObserver, counters: Counters,
+                 progress: Callable[[Counters, bool], None], stop: Stop) -> None:
+        self.plan, self.observer, self.counters, self.progress, self.stop = plan, observer, counters, progress, stop
+        self.decisions = decisions_of(plan.dataset, plan.caps)
+        self.answers: dict[str, dict] = {}
+        self.judgments: dict[tuple[str, str], JudgmentRecord] = {}
+        self.done: set[str] = set()
+
+    def _check_storage(self, endpoint: Endpoint) -> None:
+        if endpoint.storage_error is not None:
+            self.stop.request(f"storage failure: {endpoint.storage_error}")
+
+    async def answer(self, task: Task) -> AnswerRecord:
+        plan, decision = self.plan, self.decisions[task.question_id]
+        document_ref = document_of(plan.dataset, task)
+        if not decision.in_scope:
+            return AnswerRecord(question_id=task.question_id, status=R.OUT_OF_CONTEXT, caps=decision.to_dict(),
+                                document=document_ref,
+                                reason=f"document has {decision.doc_chars} characters > {decision.cap_kind} cap "
+                                       f"{decision.cap}")
+        assert plan.model is not None
+        document = await asyncio.to_thread(read_document, plan.dataset.document(task).path)
+        prompt = answer_prompt(task.question_text, document)
+        del document
+        request = plan.model.provider.build_request(prompt, plan.answer_sampling)
+        cost = estimate_tokens(len(prompt), decision.cap_kind == "cjk")
+        result = await plan.model.call(request, plan.answer_replicate, cost)
+        self._check_storage(plan.model)
+        self.counters.record_call("model", result)
+        reference = answer_prompt(task.question_text,
+                                  document_reference(task.corpus_file, document_ref["sha256"], decision.doc_chars))
+        return answer_record(task, decision, document_ref, sha256_text(prompt), reference, result)
+
+    async def judge(self, judge: Endpoint, task: Task, response: str) -> JudgmentRecord:
+        prompt = judge_prompt(task.question_text, task.rubric, response)
+        request = judge.provider.build_request(prompt, self.plan.judge_sampling)
+        result = await judge.call(request, self.plan.judge_replicate, estimate_tokens(len(prompt), False))
+        self._check_storage(judge)
+        self.counters.record_call(judge.label, result)
+        return judgment_record(task, judge.label, prompt, result)
+
+    def finish_task(self, task: Task) -> None:
+        """A task has its answer and every judgment: tell the observer and the progress line."""
+        qid = task.question_id
+        row = self.answers[qid]
+        rows = [self.judgments[(qid, j.label)].to_dict() for j in self.plan.judges if (qid, j.label) in self.judgments]
+        status, score = task_outcome(row["status"], rows)
+        self.done.add(qid)
+        self.counters.tasks_done += 1
+        meta = {k: task.meta[k] for k in ("paradigm", "context_tier") if k in task.meta}
+        self.observer.task_done(TaskDone(question_id=qid, answer=row, judgments=rows, status=status, score=score,
+                                         meta=meta))
+        self.progress(self.counters, True)
+
+    async def judge_all(self, task: Task, response: str) -> None:
+        async def one(judge: Endpoint) -> None:
+            record = await self.judge(judge, task, response)
+            self.judgments[(task.question_id, judge.label)] = record
+            self.observer.call_finished(task.question_id, judge.label, record.to_dict())
+            if record.status == R.JUDGED:
+                self.counters.judged += 1
+            else:
+                self.counters.judge_unavailable += 1
+            self.progress(self.counters, False)
+
+        if self.stop.is_set():
+            return  # the answer is cached; a resumed run judges it
+        async with asyncio.TaskGroup() as panel:
+            for judge in self.plan.judges:
+                panel.create_task(one(judge))
+        self.finish_task(task)
+
+    def settle(self, group: asyncio.TaskGroup, task: Task, row: dict) -> None:
+        self.answers[task.question_id] = row
+        status = row["status"]
+        if status == R.ANSWERED:
+            self.counters.answered += 1
+            if self.plan.judges:
+                group.create_task(self.judge_all(task, row["response"]))
+                self.progress(self.counters, False)
+                return
+        elif status == R.OUT_OF_CONTEXT:
+            self.counters.out_of_context += 1
+        else:
+            self.counters.failed += 1
+        self.finish_task(task)
+
+    async def all_tasks(self) -> None:
+        plan, tasks = self.plan, self.plan.dataset.tasks
+        async with asyncio.TaskGroup() as group:
+            if plan.given_answers is not None:
+                for task in tasks:
+                    self.observer.task_started(task.question_id)
+                    row = plan.given_answers.get(task.question_id)
+                    if row is None:
+                        row = {"question_id": task.question_id, "status": R.MISSING,
+                               "caps": self.decisions[task.question_id].to_dict(),
+                               "document": document_of(plan.dataset, task), "reason": "no row in the responses file"}
+                        self.answers[task.question_id] = row
+                        self.counters.failed += 1
+                        self.finish_task(task)
+                        continue
+                    row.setdefault("caps", self.decisions[task.question_id].to_dict())
+                    row.setdefault("document", document_of(plan.dataset, task))
+                    self.settle(group, task, row)
+                return
             queue = iter(tasks)
 
             async def worker() -> None:
                 for task in queue:  # one shared iterator: each task is taken by exactly one worker
-                    record = await _answer(plan, task, decisions[task.question_id])
-                    settle(task, record.to_dict())
+                    if self.stop.is_set():
+                        return
+                    self.observer.task_started(task.question_id)
+                    record = await self.answer(task)
+                    row = record.to_dict()
+                    if record.status != R.OUT_OF_CONTEXT:
+                        self.observer.call_finished(task.question_id, "model", row)
+                    self.settle(group, task, row)
 
             assert plan.model is not None
             for _ in range(min(plan.model.provider.spec.max_concurrency, len(tasks))):
                 group.create_task(worker())
 
+
+async def execute(plan: Plan, counters: Counters | None = None,
+                  progress: Callable[[Counters, bool], None] = lambda c, done: None,
+                  observer: RunObserver | None = None, stop: Stop | None = None) -> Outcome:
+    """Run the plan; rows in dataset order. ``progress(counters, task_done)`` is live.
+
+    Setting ``stop`` ends the sending; calls in flight get ``plan.grace_s`` to finish, then
+    are cancelled (their outcomes, when they arrived, are in the cache). The outcome then
+    holds the finished tasks only and says why it stopped.
+    """
+    started = time.perf_counter()
+    counters = counters or Counters()
+    stop = stop or Stop()
+    state = _Run(plan, observer or RunObserver(), counters, progress, stop)
+    main = asyncio.create_task(state.all_tasks())
+    stopper = asyncio.create_task(stop.event.wait())
+    await asyncio.wait({main, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    if not main.done():
+        hurry = asyncio.create_task(stop.now.wait())
+        await asyncio.wait({main, hurry}, timeout=plan.grace_s, return_when=asyncio.FIRST_COMPLETED)
+        hurry.cancel()
+        if not main.done():
+            main.cancel()
+    stopper.cancel()
+    try:
+        await main
+    except asyncio.CancelledError:
+        if not stop.is_set():
+            raise
+    tasks = plan.dataset.tasks
     order = {t.question_id: i for i, t in enumerate(tasks)}
     judge_order = {j.label: i for i, j in enumerate(plan.judges)}
+    judgments = [j for j in state.judgments.values() if j.question_id in state.done]
     return Outcome(
-        answers=[answers[t.question_id] for t in tasks],
-        judgments=sorted(judgments.values(), key=lambda j: (order[j.question_id], judge_order[j.judge])),
+        answers=[state.answers[t.question_id] for t in tasks if t.question_id in state.done],
+        judgments=sorted(judgments, key=lambda j: (order[j.question_id], judge_order[j.judge])),
         counters=counters,
         wall_s=time.perf_counter() - started,
+        stopped=stop.reason,
     )
+
+

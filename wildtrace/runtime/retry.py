@@ -57,3 +57,18 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
     if when.tzinfo is None:  # asctime and "-0000" forms come back naive; HTTP dates are GMT
         when = when.replace(tzinfo=datetime.timezone.utc)
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+RETRY, QUOTA, FAIL = "retry", "quota", "fail"  # STUB
+
+
+def classify(status, headers, payload):  # STUB
+    return RETRY if status in TRANSIENT_STATUS else FAIL
+
+
+def retry_hint(headers, payload, now=None):  # STUB
+    return parse_retry_after(headers.get("retry-after"), now)
+
+
+def temperature_rejected(status, payload):  # STUB
+    return status == 400 and "temperature" in str(payload).lower()

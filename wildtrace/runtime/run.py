@@ -1,49 +1,70 @@
 """One job from validated settings to run files: the importable heart behind the CLI.
 
-Order matters: everything that can fail on input (dataset, responses file, keys) fails
-before the first request; every outcome is cached the moment it arrives; the run files
-are written whole at the end; MLflow trouble never costs the results.
+Order matters: everything that can fail on input (dataset, responses file, storage, base
+URLs, keys) fails before the first request; every outcome is cached the moment it arrives;
+the run files are written at the end (whole, or — after SIGINT/SIGTERM or a failing store —
+what the run had, marked partial); an observer hears the run's events and may track them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime
+import logging
+import shlex
+import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from wildtrace import __version__
 from wildtrace.config import EndpointConfig, WildtraceConfig, caps_of, effective_max_tokens
-
+from wildtrace.config_check import spec_warnings
+from wildtrace.core import records as R
 from wildtrace.core import views
+from wildtrace.core.events import RunEnd, RunObserver, RunStart
 from wildtrace.core.prompts import PROMPTS_VERSION, prompts_sha256
 from wildtrace.providers.base import EndpointSpec, Sampling
-from wildtrace.runtime.cache import Cache
+from wildtrace.providers.registry import make_provider
+from wildtrace.runtime.cache import Cache, StorageError, check_writable
 from wildtrace.runtime.dataset import Dataset, load_dataset
+from wildtrace.runtime.http import Endpoint
 from wildtrace.runtime.outputs import write_json
-from wildtrace.runtime.pipeline import Counters, Outcome, Plan, execute, make_caller, read_keys
+from wildtrace.runtime.pipeline import Counters, Outcome, Plan, Stop, Survey, execute, make_endpoint, survey
 from wildtrace.runtime.responses import load_responses
 from wildtrace.runtime.retry import RetryPolicy
+from wildtrace.runtime.secrets import install_log_filter, read_keys, redact
+
+log = logging.getLogger("wildtrace")
+
+#: Exit statuses: a finished run, an endpoint whose every call failed or a store that failed,
+#: and a stop by signal (the shell's 128 + signal number).
+EXIT_OK, EXIT_FAILED = 0, 1
+EXIT_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
 
 @dataclass
 class RunResult:
-    """Where the run wrote its files, and its headline numbers (None for stage=answer)."""
+    """Where the run wrote its files, its headline numbers (None for stage=answer), and how it ended."""
 
     out_dir: Path
     summary: dict | None
     stats: dict
     outcome: Outcome
+    exit_code: int = EXIT_OK
+    headline: str = ""
 
 
 def endpoint_spec(label: str, e: EndpointConfig, budget_field: str = "max_tokens") -> EndpointSpec:
     """An endpoint config (the model's or a judge's) as the spec the runtime calls."""
     return EndpointSpec(label=label, name=e.name, provider=e.provider, route=e.route, base_url=e.base_url,
                         api_key_env=e.api_key_env, max_concurrency=e.max_concurrency, timeout_s=e.timeout_s,
-                        send_temperature=e.send_temperature, budget_field=budget_field, extra_body=e.extra_body)
+                        send_temperature=e.send_temperature, budget_field=budget_field, extra_body=e.extra_body,
+                        stream=e.stream, max_call_s=e.max_call_s, reasoning_format=e.reasoning_format)
 
 
 def model_spec(cfg: WildtraceConfig) -> EndpointSpec:
@@ -54,6 +75,18 @@ def model_spec(cfg: WildtraceConfig) -> EndpointSpec:
 def judge_specs(cfg: WildtraceConfig) -> list[EndpointSpec]:
     """The panel's judges as endpoints, in config order."""
     return [endpoint_spec(key, judge) for key, judge in cfg.judge_panel.judges.items()]
+
+
+def samplings(cfg: WildtraceConfig) -> tuple[Sampling, Sampling]:
+    """(answer, judge) decoding settings as sent."""
+    answer = Sampling(cfg.decoding.temperature, effective_max_tokens(cfg.model, cfg.decoding),
+                      reasoning_effort=cfg.decoding.reasoning_effort)
+    return answer, Sampling(cfg.judge_panel.temperature, cfg.judge_panel.max_tokens)
+
+
+def key_config(spec: EndpointSpec) -> str:
+    """The config key that names an endpoint's key variable."""
+    return "model.api_key_env" if spec.label == "model" else f"judge_panel.judges.{spec.label}.api_key_env"
 
 
 def build_scores(cfg: WildtraceConfig, dataset: Dataset, outcome: Outcome) -> dict:
@@ -74,7 +107,8 @@ def build_scores(cfg: WildtraceConfig, dataset: Dataset, outcome: Outcome) -> di
                      "score": None if score is None or score != score else float(score),
                      "judges": per_judge.get(qid, {}),
                      **{k: meta[qid][k] for k in ("paradigm", "context_tier") if k in meta[qid]}})
-    return {**summary, "model": {"name": cfg.model.name, "route": cfg.model.route},
+    return {**summary, "partial": outcome.stopped is not None,
+            "model": {"name": cfg.model.name, "route": cfg.model.route},
             "judge_panel": cfg.judge_panel.name, "dataset": cfg.dataset.name, "tasks": rows}
 
 
@@ -106,11 +140,52 @@ def dataset_identity(cfg: WildtraceConfig, dataset: Dataset) -> dict:
     }
 
 
-def headline(cfg: WildtraceConfig, summary: dict | None, outcome: Outcome, out_dir: Path) -> str:
+def resume_command(overrides: Sequence[str]) -> str:
+    """The command that reruns this job: the same overrides, served from the cache where it can."""
+    return " ".join(["python -m wildtrace", *map(shlex.quote, overrides)])
+
+
+def served_model_warnings(endpoints: dict[str, Endpoint]) -> list[tuple[str, str]]:
+    """(code, message) for each endpoint whose responses name a model other than its route."""
+    out = []
+    for label, endpoint in endpoints.items():
+        route = endpoint.provider.spec.route
+        for served in endpoint.served_models:
+            bare_route, bare_served = route.split("/")[-1].lower(), served.split("/")[-1].lower()
+            if not (bare_served.startswith(bare_route) or bare_route.startswith(bare_served)):
+                out.append(("served_model", f"{label}: asked for route {route!r}, the responses name {served!r}"))
+    return out
+
+
+def failure_lines(counters: Counters) -> list[str]:
+    """Failures by endpoint and reason, with each endpoint's dominant error."""
+    lines = []
+    for label, calls in counters.calls.items():
+        failed = sum(n for (lbl, _), n in counters.failures.items() if lbl == label)
+        if not failed:
+            continue
+        reasons = ", ".join(f"{reason} {n}" for (lbl, reason), n in counters.failures.most_common() if lbl == label)
+        dominant, _ = counters.errors[label].most_common(1)[0]
+        lines.append(f"{label}: {failed}/{calls} calls failed ({reasons}): {dominant}")
+    return lines
+
+
+def all_failed(counters: Counters) -> list[str]:
+    """Endpoints that made calls and saw every one of them fail."""
+    return [label for label, calls in counters.calls.items()
+            if calls and sum(n for (lbl, _), n in counters.failures.items() if lbl == label) == calls]
+
+
+def headline(cfg: WildtraceConfig, summary: dict | None, outcome: Outcome, out_dir: Path, stats: dict) -> str:
     """The lines printed at the end of a run."""
     c = outcome.counters
+    n_tasks = stats["dataset"]["n_tasks"]
     lines = [f"wildtrace {__version__}: model={cfg.model.name} panel={cfg.judge_panel.name} "
-             f"dataset={cfg.dataset.name} ({len(outcome.answers)} tasks, stage={cfg.stage})"]
+             f"dataset={cfg.dataset.name} ({n_tasks} tasks, stage={cfg.stage}, replicate "
+             f"decoding={cfg.decoding.replicate} judges={cfg.judge_panel.replicate})"]
+    if outcome.stopped:
+        lines.append(f"STOPPED ({outcome.stopped}): {len(outcome.answers)} of {n_tasks} tasks finished; the numbers "
+                     "below cover those only (partial). Every outcome received is cached.")
     if summary is not None:
         scored = "n/a" if summary["scored"] is None else f"{summary['scored']:.2f}%"
         overall = "n/a" if summary["overall"] is None else f"{summary['overall']:.2f}%"
@@ -120,102 +195,236 @@ def headline(cfg: WildtraceConfig, summary: dict | None, outcome: Outcome, out_d
                      f" · of {summary['n_total']}")
     else:
         lines.append(f"answered {c.answered} · failed {c.failed} · out of context {c.out_of_context}")
+    calls = sum(c.calls.values())
+    lines.append(f"calls: {calls} ({stats['cache_hits']} from the cache, {sum(stats['requests'].values())} requests "
+                 f"sent, {stats['retries']} retries)")
+    lines.extend(failure_lines(c))
+    lines.extend(f"warning: {w['message']}" for w in stats["warnings"])
     lines.append(f"run dir: {out_dir}")
     return "\n".join(lines)
 
 
-async def _execute(plan: Plan, counters: Counters, show_progress: bool) -> Outcome:
-    from tqdm import tqdm
+class _Progress:
+    """A tqdm bar on a terminal; elsewhere a log line every ``every_s`` seconds (and at the end)."""
 
-    bar = tqdm(total=len(plan.dataset.tasks), desc="tasks", unit="task", disable=None if show_progress else True,
-               file=sys.stderr)
+    def __init__(self, total: int, enabled: bool, every_s: float, endpoints: dict[str, Endpoint]) -> None:
+        self.total, self.every_s, self.endpoints = total, every_s, endpoints
+        self.started = time.monotonic()
+        self.last = self.started
+        self.bar = None
+        self.lines = enabled and not sys.stderr.isatty()
+        if enabled and sys.stderr.isatty():
+            from tqdm import tqdm
 
-    def progress(c: Counters, task_done: bool) -> None:
-        if task_done:
-            bar.update(1)
-        bar.set_postfix(c.as_postfix(), refresh=False)
+            self.bar = tqdm(total=total, desc="tasks", unit="task", file=sys.stderr)
+
+    def __call__(self, c: Counters, task_done: bool) -> None:
+        if self.bar is not None:
+            if task_done:
+                self.bar.update(1)
+            self.bar.set_postfix(c.as_postfix(), refresh=False)
+        elif self.lines and time.monotonic() - self.last >= self.every_s:
+            self.line(c)
+
+    def line(self, c: Counters) -> None:
+        """One progress line: counts, rate, failures, each endpoint's current limit."""
+        self.last = time.monotonic()
+        elapsed = max(self.last - self.started, 1e-9)
+        limits = " ".join(f"{label}={e.limit.limit}" for label, e in self.endpoints.items())
+        log.info("progress: %d/%d tasks (%.2f/s) · ok %d · failed %d · ooc %d · judged %d · unavailable %d · "
+                 "retries %d · limits %s", c.tasks_done, self.total, c.tasks_done / elapsed, c.answered, c.failed,
+                 c.out_of_context, c.judged, c.judge_unavailable, c.retries, limits)
+
+    def close(self, c: Counters) -> None:
+        """End the bar, or write the last line."""
+        if self.bar is not None:
+            self.bar.close()
+        elif self.lines:
+            self.line(c)
+
+
+async def _execute(plan: Plan, counters: Counters, progress: _Progress, observer: RunObserver,
+                   signals: list[int]) -> Outcome:
+    stop = Stop()
+    loop = asyncio.get_running_loop()
+
+    def on_signal(signum: int) -> None:
+        signals.append(signum)
+        name = signal.Signals(signum).name
+        if len(signals) == 1:
+            log.warning("%s: stopping — no new requests; in-flight calls have %ss to finish (again to stop now)",
+                        name, plan.grace_s)
+            stop.request(name)
+        else:
+            stop.hurry()
+
+    installed = []
+    for signum in EXIT_SIGNAL:
+        try:
+            loop.add_signal_handler(signum, on_signal, signum)
+            installed.append(signum)
+        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no such support
+            pass
+    endpoints = ([plan.model] if plan.model else []) + plan.judges
+    try:
+        return await execute(plan, counters, progress, observer, stop)
+    finally:
+        for signum in installed:
+            loop.remove_signal_handler(signum)
+        progress.close(counters)
+        await asyncio.gather(*(e.aclose() for e in endpoints))
+
+
+@contextmanager
+def deferred_signals(signals: list[int]) -> Iterator[None]:
+    """While the run files are written and tracked, a SIGINT/SIGTERM waits (a second one interrupts)."""
+    previous = {}
+
+    def handler(signum: int, frame: object) -> None:
+        signals.append(signum)
+        if sum(1 for s in signals if s == signum) > 1:
+            raise KeyboardInterrupt
+        log.warning("%s: finishing the run files and tracking first (again to interrupt)", signal.Signals(signum).name)
 
     try:
-        return await execute(plan, counters, progress)
+        for signum in EXIT_SIGNAL:
+            previous[signum] = signal.signal(signum, handler)
+    except ValueError:  # not the main thread: nothing to defer
+        pass
+    try:
+        yield
     finally:
-        bar.close()
-        callers = ([plan.model] if plan.model else []) + plan.judges
-        await asyncio.gather(*(c.endpoint.endpoint.aclose() for c in callers))
+        for signum, old in previous.items():
+            signal.signal(signum, old)
 
 
-def run(cfg: WildtraceConfig, overrides: Sequence[str] = (), parent_run_id: str | None = None) -> RunResult:
-    """Execute one job. Raises DatasetError / ConfigError / MissingKeyError before any request.
+def _survey(cfg: WildtraceConfig, dataset: Dataset, specs: list[EndpointSpec], cache: Cache,
+            given: dict[str, dict] | None) -> Survey:
+    providers = {s.label: make_provider(s) for s in specs}
+    answer_sampling, judge_sampling = samplings(cfg)
+    return survey(dataset, caps_of(cfg.model), providers.get("model"),
+                  [p for label, p in providers.items() if label != "model"], cache, answer_sampling, judge_sampling,
+                  cfg.decoding.replicate, cfg.judge_panel.replicate, given)
 
-    ``parent_run_id``: the sweep's MLflow parent run, when this job is one of a multirun.
+
+def run(cfg: WildtraceConfig, overrides: Sequence[str] = (), parent_run_id: str | None = None,
+        observer: RunObserver | None = None) -> RunResult:
+    """Execute one job. Raises DatasetError / ConfigError / MissingKeyError / StorageError before any request.
+
+    ``parent_run_id``: the sweep's parent run, when this job is one of a multirun; ``observer``
+    hears the run's events (the entry point hands in MLflow tracking).
     """
+    install_log_filter()
+    observer = observer or RunObserver()
     out_dir = Path(cfg.out_dir or Path(cfg.root) / "runs" / "adhoc").resolve()
     dataset = load_dataset(cfg.dataset.tasks, cfg.dataset.corpus, cfg.dataset.ids, cfg.dataset.limit)
     answering = cfg.stage in ("all", "answer")
     judging = cfg.stage in ("all", "judge")
     specs = ([model_spec(cfg)] if answering else []) + (judge_specs(cfg) if judging else [])
-    keys = read_keys(specs)
     given = load_responses(cfg.responses, {t.question_id for t in dataset.tasks}) if cfg.stage == "judge" else None
-
+    check_writable(out_dir, "the run directory")
     cache = Cache(Path(cfg.cache.dir), cfg.cache.enabled)
+    if cfg.cache.enabled:
+        check_writable(Path(cfg.cache.dir), "the cache folder (cache.dir)")
+
+    plan_counts = _survey(cfg, dataset, specs, cache, given)
+    needed = [s for s in specs if s.provider != "offline" and s.api_key_env and plan_counts.needs(s.label)]
+    keys = read_keys([(key_config(s), s.api_key_env, s.name) for s in needed])
+    log.info("%s", plan_counts.describe([s.label for s in specs if s.label != "model"]))
+
+    retry = RetryPolicy(cfg.retry.max_retries, cfg.retry.backoff_base_s, cfg.retry.backoff_max_s,
+                        cfg.retry.retry_after_max_s)
     counters = Counters()
 
     def on_retry(label: str) -> None:
         counters.retries += 1
 
-    retry = RetryPolicy(cfg.retry.max_retries, cfg.retry.backoff_base_s, cfg.retry.backoff_max_s,
-                        cfg.retry.retry_after_max_s)
-    callers = {s.label: make_caller(s, keys[s.label], retry, cache, on_retry) for s in specs}
+    max_bytes = int(cfg.max_response_mb * (1 << 20))
+    endpoints = {s.label: make_endpoint(s, keys.get(s.api_key_env or ""), retry, cache, on_retry, max_bytes)
+                 for s in specs}
+    answer_sampling, judge_sampling = samplings(cfg)
     plan = Plan(
-        dataset=dataset,
-        caps=caps_of(cfg.model),
-        answer_sampling=Sampling(cfg.decoding.temperature, effective_max_tokens(cfg.model, cfg.decoding)),
-        judge_sampling=Sampling(cfg.judge_panel.temperature, cfg.judge_panel.max_tokens),
-        answer_replicate=cfg.decoding.replicate,
-        judge_replicate=cfg.judge_panel.replicate,
-        model=callers.get("model"),
-        judges=[callers[s.label] for s in specs if s.label != "model"],
-        given_answers=given,
+        dataset=dataset, caps=caps_of(cfg.model), answer_sampling=answer_sampling, judge_sampling=judge_sampling,
+        answer_replicate=cfg.decoding.replicate, judge_replicate=cfg.judge_panel.replicate,
+        model=endpoints.get("model"), judges=[endpoints[s.label] for s in specs if s.label != "model"],
+        given_answers=given, grace_s=cfg.stop_grace_s,
     )
-    outcome = asyncio.run(_execute(plan, counters, cfg.progress))
+    warnings = [{"code": code, "message": message} for code, message in spec_warnings(cfg)]
+    for w in warnings:
+        log.warning("%s", w["message"])
+    run_date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    config = config_dict(cfg)
+    observer.run_started(RunStart(out_dir=str(out_dir), config=config, n_tasks=len(dataset.tasks),
+                                  run_date=run_date, parent_run_id=parent_run_id))
+    signals: list[int] = []
+    progress = _Progress(len(dataset.tasks), cfg.progress, cfg.progress_every_s, endpoints)
+    outcome = asyncio.run(_execute(plan, counters, progress, observer, signals))
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    write_json(out_dir / "responses.json", outcome.answers)
-    summary = None
-    if judging:
-        write_json(out_dir / "judgments.json", [j.to_dict() for j in outcome.judgments])
-        scores = build_scores(cfg, dataset, outcome)
-        write_json(out_dir / "scores.json", scores)
-        summary = {k: v for k, v in scores.items() if k != "tasks"}
-    stats = {
-        "harness_version": __version__,
-        "git_commit": git_commit(),
-        "run_date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "dataset": dataset_identity(cfg, dataset),
-        "stage": cfg.stage,
-        "prompts_version": PROMPTS_VERSION,
-        "prompts_sha256": prompts_sha256(),
-        "wall_s": outcome.wall_s,
-        "retries": counters.retries,
-        "cache_hits": sum(c.endpoint.hits for c in callers.values()),
-        "requests": {label: c.endpoint.endpoint.requests_sent for label, c in callers.items()},
-        "overrides": list(overrides),
-        "effective_max_tokens": effective_max_tokens(cfg.model, cfg.decoding),
-    }
-    write_json(out_dir / "run_stats.json", stats)
-    write_json(out_dir / "config.json", config_dict(cfg))
-    text = headline(cfg, summary, outcome, out_dir)
-    if cfg.mlflow.enabled:
-        from wildtrace.tracking.mlflow_logger import log_run_dir_safely
+    with deferred_signals(signals):
+        result = _write(cfg, dataset, outcome, out_dir, endpoints, counters, overrides, run_date, warnings, config)
+        status = "partial" if outcome.stopped else "finished"
+        run_id = observer.run_finished(RunEnd(out_dir=str(out_dir), status=status))
+        if cfg.mlflow.enabled:
+            result.headline += (f"\nmlflow: {'run ' + run_id if run_id else 'NOT logged (see above)'} "
+                                f"at {cfg.mlflow.tracking_uri}")
+    result.exit_code = _exit_code(outcome, counters, signals, result.stats)
+    if outcome.stopped:
+        result.headline += f"\nresume with: {resume_command(overrides)}"
+    print(redact(result.headline))  # last, so the headline is what a user sees when the run ends
+    return result
 
-        run_id = log_run_dir_safely(out_dir, parent_run_id=parent_run_id)
-        text += f"\nmlflow: {'run ' + run_id if run_id else 'NOT logged (see above)'} at {cfg.mlflow.tracking_uri}"
-    print(text)  # last, so the headline is what a user sees when the run ends
-    return RunResult(out_dir=out_dir, summary=summary, stats=stats, outcome=outcome)
+
+def _write(cfg: WildtraceConfig, dataset: Dataset, outcome: Outcome, out_dir: Path, endpoints: dict[str, Endpoint],
+           counters: Counters, overrides: Sequence[str], run_date: str, warnings: list[dict], config: dict) -> RunResult:
+    """The run files: responses, judgments, scores, stats, config."""
+    judging = cfg.stage in ("all", "judge")
+    warnings = warnings + [{"code": c, "message": m} for c, m in served_model_warnings(endpoints)]
+    try:
+        write_json(out_dir / "responses.json", outcome.answers)
+        summary = None
+        if judging:
+            write_json(out_dir / "judgments.json", [j.to_dict() for j in outcome.judgments])
+            scores = build_scores(cfg, dataset, outcome)
+            write_json(out_dir / "scores.json", scores)
+            summary = {k: v for k, v in scores.items() if k != "tasks"}
+        stats = {
+            "harness_version": __version__,
+            "git_commit": git_commit(),
+            "run_date": run_date,
+            "status": "partial" if outcome.stopped else "finished",
+            "stopped": outcome.stopped,
+            "dataset": dataset_identity(cfg, dataset),
+            "stage": cfg.stage,
+            "prompts_version": PROMPTS_VERSION,
+            "prompts_sha256": prompts_sha256(),
+            "wall_s": outcome.wall_s,
+            "retries": counters.retries,
+            "cache_hits": sum(e.hits for e in endpoints.values()),
+            "requests": {label: e.requests_sent for label, e in endpoints.items()},
+            "failures": {f"{label}:{reason}": n for (label, reason), n in counters.failures.items()},
+            "served_models": {label: sorted(e.served_models) for label, e in endpoints.items() if e.served_models},
+            "temperature_dropped": [label for label, e in endpoints.items() if e.temperature_dropped],
+            "warnings": warnings,
+            "overrides": list(overrides),
+            "effective_max_tokens": effective_max_tokens(cfg.model, cfg.decoding),
+        }
+        write_json(out_dir / "run_stats.json", stats)
+        write_json(out_dir / "config.json", config)
+    except OSError as exc:
+        raise StorageError(exc.errno or 5, f"cannot write the run files in {out_dir}: {exc.strerror or exc}; "
+                           "every outcome received is in the cache: rerun the same command") from None
+    text = headline(cfg, summary, outcome, out_dir, stats)
+    return RunResult(out_dir=out_dir, summary=summary, stats=stats, outcome=outcome, headline=text)
+
+
+def _exit_code(outcome: Outcome, counters: Counters, signals: list[int], stats: dict) -> int:
+    if signals:
+        return EXIT_SIGNAL.get(signal.Signals(signals[0]), 130)
+    if outcome.stopped or all_failed(counters):
+        return EXIT_FAILED
+    return EXIT_OK
 
 
 def config_dict(cfg: WildtraceConfig) -> dict:
     """The settings as plain data (holds key NAMES only, never keys)."""
     return asdict(cfg)
-
-
-

@@ -1,0 +1,116 @@
+"""API keys: read once, checked, and kept out of everything written or printed.
+
+Configs hold only the NAME of the variable (``api_key_env``). The values read here are
+registered with the one redaction function, ``redact``, which stands between every error
+text, raw body, exception message and log line and anything the harness writes or prints.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+#: Providers echo keys in error bodies, sometimes masked ("sk-proj-abc1****wxyz"): any run of
+#: this many characters of a key is redacted, not only the whole key.
+FRAGMENT = 12
+MASK = "[REDACTED]"
+
+_secrets: set[str] = set()
+_fragments: list[str] = []
+
+
+class MissingKeyError(RuntimeError):
+    """One or more endpoints' ``api_key_env`` variables are unset or hold an unusable value."""
+
+
+def register(secret: str) -> None:
+    """Make ``redact`` hide ``secret`` (and any FRAGMENT-long run of it) from now on."""
+    if not secret or secret in _secrets:
+        return
+    _secrets.add(secret)
+    pieces = {secret}
+    if len(secret) >= 2 * FRAGMENT:
+        pieces.update(secret[i:i + FRAGMENT] for i in range(len(secret) - FRAGMENT + 1))
+    _fragments[:] = sorted(set(_fragments) | pieces, key=len, reverse=True)
+
+
+def redact(value: Any) -> Any:
+    """``value`` with every registered key (or fragment of one) replaced by ``[REDACTED]``.
+
+    Strings, and strings inside dicts and lists (keys too), are rewritten; other values pass.
+    """
+    if not _fragments:
+        return value
+    if isinstance(value, str):
+        return _redact_text(value)
+    if isinstance(value, Mapping):
+        return {redact(k): redact(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(redact(v) for v in value)
+    return value
+
+
+def _redact_text(text: str) -> str:
+    for piece in _fragments:  # longest first, so a whole key goes before its fragments
+        if piece in text:
+            text = text.replace(piece, MASK)
+    return text
+
+
+class RedactingFilter(logging.Filter):
+    """A logging filter that redacts keys from every record's formatted message."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Rewrite the record in place; never drops it."""
+        if _fragments:
+            message = record.getMessage()
+            redacted = _redact_text(message)
+            if redacted != message or record.args:
+                record.msg, record.args = redacted, None
+            if record.exc_info and record.exc_info[1] is not None:
+                record.exc_text = _redact_text(logging.Formatter().formatException(record.exc_info))
+                record.exc_info = None
+        return True
+
+
+def install_log_filter() -> None:
+    """Put the redacting filter on every handler of the root logger (idempotent)."""
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+            handler.addFilter(RedactingFilter())
+
+
+def _problem(name: str, value: str | None) -> str | None:
+    if not value:
+        return "is not set"
+    if value != value.strip():
+        return "holds leading or trailing white space (a newline pasted with the key?); remove it"
+    if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in value):
+        return "holds white space or control characters; an API key has none"
+    if not value.isascii():
+        return "holds non-ASCII characters; an API key has none"
+    return None
+
+
+def read_keys(needed: Iterable[tuple[str, str, str]], environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """Variable name → key for each (where, variable, what) needed; every problem reported at once.
+
+    ``where`` names the config key (``model.api_key_env``), ``what`` the endpoint. A value
+    with white space or control characters is refused, naming the variable, never the value.
+    """
+    keys: dict[str, str] = {}
+    problems: list[str] = []
+    for where, name, what in needed:
+        value = environ.get(name)
+        problem = _problem(name, value)
+        if problem:
+            problems.append(f"{where}: environment variable {name} {problem} (it must hold the API key for {what})")
+            continue
+        assert value is not None
+        keys[name] = value
+        register(value)
+    if problems:
+        raise MissingKeyError("\n  ".join(dict.fromkeys(problems)))
+    return keys
