@@ -127,7 +127,7 @@ class OpenAIStreamReader(StreamReader):
         super().__init__()
         self.head: dict[str, Any] = {}  # id, created, model, system_fingerprint: the last seen
         self.usage: Any = None
-        self.finish: str | None = None
+        self.finish_reason: str | None = None
         self.role = "assistant"
         self.fields: dict[str, list[str]] = {}  # content, refusal, reasoning_content, reasoning -> pieces
         self.details: list[str] = []  # reasoning_details texts (MiniMax)
@@ -161,7 +161,7 @@ class OpenAIStreamReader(StreamReader):
 
     def _choice(self, choice: Mapping[str, Any]) -> None:
         if choice.get("finish_reason"):
-            self.finish = choice["finish_reason"]
+            self.finish_reason = choice["finish_reason"]
         delta = choice.get("delta")
         if not isinstance(delta, Mapping):
             return
@@ -177,7 +177,7 @@ class OpenAIStreamReader(StreamReader):
 
     def complete(self) -> bool:
         """[DONE] seen, or a finish_reason (see the class docstring)."""
-        return self.done or self.finish is not None
+        return self.done or self.finish_reason is not None
 
     def progress(self) -> str:
         """How far the stream got."""
@@ -191,7 +191,7 @@ class OpenAIStreamReader(StreamReader):
         if self.details:
             message["reasoning_details"] = [{"type": "reasoning.text", "text": "".join(self.details)}]
         body: dict[str, Any] = {**self.head, "object": "chat.completion",
-                                "choices": [{"index": 0, "message": message, "finish_reason": self.finish}]}
+                                "choices": [{"index": 0, "message": message, "finish_reason": self.finish_reason}]}
         if self.usage is not None:
             body["usage"] = self.usage
         return body
