@@ -790,3 +790,51 @@ def test_request_body_round_trips_as_json():
         p = provider(name)
         request: WireRequest = p.stream_request(p.build_request(PROMPT, Sampling(0.1, 4096, "low")))
         assert json.loads(json.dumps(request.body, ensure_ascii=False)) == request.body
+
+
+# --------------------------------------------------------------------------------------
+# a 2xx that is not a stream, and wrong shapes inside events
+# --------------------------------------------------------------------------------------
+
+PLAIN_REPLIES = [
+    pytest.param("openai", OPENAI_PLAIN, id="openai-object"),
+    pytest.param("anthropic", ANTHROPIC_PLAIN, id="anthropic-object"),  # LiteLLM's /v1/messages does this
+    pytest.param("gemini", GEMINI_PLAIN, id="gemini-object"),
+]
+
+
+@pytest.mark.parametrize(("name", "plain"), PLAIN_REPLIES)
+@pytest.mark.parametrize("chunking", [whole, bytewise, random_split(9)], ids=lambda c: c.__name__)
+def test_plain_json_reply_to_a_streamed_request_is_the_plain_body(name, plain, chunking):
+    raw = json.dumps(plain, ensure_ascii=False, indent=2).encode()  # pretty-printed: lines like "data": …
+    assert read(name, raw, chunking) == plain
+
+
+def test_gemini_json_array_reply_is_assembled_like_events():
+    chunks = [json.loads(line[len(b"data: "):]) for line in GEMINI_STREAM.split(b"\r\n\r\n") if line]
+    assert read("gemini", json.dumps(chunks).encode()) == GEMINI_PLAIN
+
+
+@pytest.mark.parametrize("name", ["openai", "anthropic", "gemini"])
+def test_plain_json_error_reply_is_a_stream_error(name):
+    with pytest.raises(StreamError) as info:
+        read(name, b'{"error": {"type": "overloaded_error", "message": "Overloaded"}}')
+    assert info.value.status == 529
+
+
+@pytest.mark.parametrize(
+    ("name", "data"),
+    [("openai", b'data: {"choices": 5}\n\n'),
+     ("openai", b'data: {"choices": [{"index": 0, "delta": {"content": "x"}, "finish_reason": "stop"}], '
+                b'"usage": 3}\n\ndata: [DONE]\n\n'),
+     ("openai", b"data: [1, 2]\n\n"),
+     ("anthropic", b'data: {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": 5}}'
+                   b'\n\ndata: {"type": "message_stop"}\n\n'),
+     ("anthropic", b'data: "just a string"\n\n'),
+     ("gemini", b'data: {"candidates": 7}\n\n'),
+     ("gemini", b'data: {"candidates": [{"content": {"parts": 3}}]}\n\n')],
+)
+def test_wrong_shapes_inside_events_are_value_errors(name, data):
+    p = provider(name)
+    with pytest.raises(ValueError):
+        p.parse_response(read(name, data))

@@ -7,6 +7,7 @@ through the one parser (``parse_response``), so the cache stores one shape.
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -150,29 +151,57 @@ class StreamReader(ABC):
     """Incremental reader of one streamed response: bytes in, the plain-shape body out.
 
     ``feed`` takes the bytes in any split (one byte at a time gives the same body);
-    ``finish`` is called at EOF. Work per chunk is proportional to the chunk.
+    ``finish`` is called at EOF. Work per chunk is proportional to the chunk. Malformed
+    events raise ValueError (never another type), error events StreamError. A server that
+    answers a streamed request with plain JSON (LiteLLM on /v1/messages does) is read as
+    that plain body: the bytes are kept only until the first event proves it is a stream.
     """
 
     def __init__(self) -> None:
         self._sse = SSEDecoder()
+        self._head: list[bytes] | None = []  # the bytes before the first event (None once one came)
         self.done = False  # the terminal event was seen
 
     def feed(self, chunk: bytes) -> None:
         """Read some bytes; raise StreamError when they complete an error event."""
-        for event in self._sse.feed(chunk):
-            self._dispatch(event)
+        if self._head is not None:
+            self._head.append(chunk)
+        self._apply(self._sse.feed(chunk))
 
     def finish(self) -> dict:
         """At EOF: the assembled body; IncompleteStream when the terminal event never came."""
-        for event in self._sse.close():
-            self._dispatch(event)
+        self._apply(self._sse.close())
+        if self._head is not None:
+            plain = self._plain_json(b"".join(self._head))
+            if plain is not None:
+                return plain
         if not self.complete():
             raise IncompleteStream(f"stream ended before its terminal event ({self.progress()})")
         return self.body()
 
-    def _dispatch(self, event: SSEEvent) -> None:
-        if not self.done:  # anything after the terminal event is not part of the answer
-            self.on_event(event)
+    def _apply(self, events: list[SSEEvent]) -> None:
+        for event in events:
+            self._head = None
+            if self.done:  # anything after the terminal event is not part of the answer
+                continue
+            try:
+                self.on_event(event)
+            except (TypeError, AttributeError, KeyError, IndexError) as exc:  # a wrong shape deep inside
+                raise ValueError(f"unexpected stream event shape: {type(exc).__name__}: {exc}") from exc
+
+    def _plain_json(self, raw: bytes) -> dict | None:
+        """A body that was never a stream: the JSON object itself (None when it is not JSON)."""
+        try:
+            payload = json.loads(raw.decode("utf-8"))
+        except ValueError:  # UnicodeDecodeError and JSONDecodeError are both ValueErrors
+            return None
+        if isinstance(payload, Mapping) and payload.get("error") is not None:
+            raise stream_error(payload)
+        return self.plain(payload)
+
+    def plain(self, payload: Any) -> dict | None:
+        """The body for a plain-JSON answer (an object as it is; formats override for arrays)."""
+        return dict(payload) if isinstance(payload, Mapping) else None
 
     @abstractmethod
     def on_event(self, event: SSEEvent) -> None:

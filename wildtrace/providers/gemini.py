@@ -158,6 +158,14 @@ class GeminiStreamReader(StreamReader):
                 self.saw_parts = True
                 (self.thoughts if part.get("thought") else self.texts).append(part["text"])
 
+    def plain(self, payload: Any) -> dict | None:
+        """Plain JSON: an object is the body; an array (streamGenerateContent without
+        ``alt=sse``) is the chunks, assembled as if they had been events."""
+        if isinstance(payload, list):
+            self._apply([SSEEvent("message", json.dumps(item)) for item in payload])
+            return self.body() if self.complete() else None
+        return super().plain(payload)
+
     def complete(self) -> bool:
         """A finishReason or a block reason was seen."""
         feedback = self.top.get("promptFeedback")
