@@ -838,3 +838,77 @@ def test_wrong_shapes_inside_events_are_value_errors(name, data):
     p = provider(name)
     with pytest.raises(ValueError):
         p.parse_response(read(name, data))
+
+
+# --------------------------------------------------------------------------------------
+# over a real socket: a loopback server that trickles the recorded events
+# --------------------------------------------------------------------------------------
+
+
+class TrickleServer:
+    """Answers each POST with ``data`` written in small pieces with pauses (chunked encoding)."""
+
+    def __init__(self, data: bytes, piece: int = 7, pause_s: float = 0.002) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.bodies: list[dict] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                outer.bodies.append(json.loads(self.rfile.read(int(self.headers["content-length"]))))
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("transfer-encoding", "chunked")
+                self.end_headers()
+                for i in range(0, len(data), piece):
+                    part = data[i:i + piece]
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+                    self.wfile.flush()
+                    time.sleep(pause_s)
+                self.wfile.write(b"0\r\n\r\n")
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        host, port = self.server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("name", "data", "plain"),
+    [("openai", OPENAI_STREAM, OPENAI_PLAIN), ("anthropic", ANTHROPIC_STREAM, ANTHROPIC_PLAIN),
+     ("gemini", GEMINI_STREAM, GEMINI_PLAIN)],
+)
+def test_streams_read_over_a_real_socket(name, data, plain):
+    import httpx
+
+    server = TrickleServer(data)
+    with server as url:
+        p = provider(name, base_url=url, route="gemini-2.5-pro" if name == "gemini" else "route-x")
+        request = p.stream_request(p.build_request(PROMPT, SAMPLING))
+        reader = p.stream_reader()
+        with httpx.Client() as client, client.stream("POST", request.url, json=request.body,
+                                                     headers=dict(request.headers)) as response:
+            assert response.status_code == 200
+            pieces = 0
+            for raw in response.iter_raw():
+                reader.feed(raw)
+                pieces += 1
+        assert pieces > 1  # it really arrived in pieces
+        assert reader.finish() == plain
+    assert server.bodies == [request.body]  # the streamed body is what went over the wire
