@@ -810,6 +810,10 @@ def test_plain_json_reply_to_a_streamed_request_is_the_plain_body(name, plain, c
     assert read(name, raw, chunking) == plain
 
 
+def test_plain_json_reply_with_a_bom():
+    assert read("openai", b"\xef\xbb\xbf" + json.dumps(OPENAI_PLAIN).encode()) == OPENAI_PLAIN
+
+
 def test_gemini_json_array_reply_is_assembled_like_events():
     chunks = [json.loads(line[len(b"data: "):]) for line in GEMINI_STREAM.split(b"\r\n\r\n") if line]
     assert read("gemini", json.dumps(chunks).encode()) == GEMINI_PLAIN

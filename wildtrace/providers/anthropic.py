@@ -134,9 +134,14 @@ class AnthropicStreamReader(StreamReader):
         kind = data.get("type") or event.event
         if kind == "error" or data.get("error") is not None:
             raise stream_error(data)
-        handler = getattr(self, "_" + str(kind), None) if kind in _HANDLED else None
+        handler = self._handlers().get(str(kind))  # ping and unknown events carry nothing to keep
         if handler is not None:
             handler(data)
+
+    def _handlers(self) -> dict[str, Any]:
+        return {"message_start": self._message_start, "content_block_start": self._content_block_start,
+                "content_block_delta": self._content_block_delta, "message_delta": self._message_delta,
+                "message_stop": self._message_stop}
 
     def _message_start(self, data: Mapping[str, Any]) -> None:
         message = data.get("message")
@@ -187,6 +192,3 @@ class AnthropicStreamReader(StreamReader):
         """The Message a plain call returns (content blocks in index order)."""
         content = [self.blocks[i] for i in sorted(self.blocks)]
         return {**self.message, "content": content, "usage": dict(self.usage)}
-
-
-_HANDLED = frozenset({"message_start", "content_block_start", "content_block_delta", "message_delta", "message_stop"})

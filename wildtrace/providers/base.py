@@ -192,7 +192,7 @@ class StreamReader(ABC):
     def _plain_json(self, raw: bytes) -> dict | None:
         """A body that was never a stream: the JSON object itself (None when it is not JSON)."""
         try:
-            payload = json.loads(raw.decode("utf-8"))
+            payload = json.loads(raw.decode("utf-8-sig"))  # a BOM before JSON is still JSON
         except ValueError:  # UnicodeDecodeError and JSONDecodeError are both ValueErrors
             return None
         if isinstance(payload, Mapping) and payload.get("error") is not None:
