@@ -45,12 +45,44 @@ class Call:
 
 @dataclass
 class Reply:
-    """What to answer: status, JSON body (or raw bytes), headers, and an optional delay."""
+    """What to answer: status, JSON body (or raw bytes), headers, and an optional delay.
+
+    With ``chunks`` the body is sent in HTTP chunked encoding, one chunk every
+    ``chunk_delay_s`` (a stream that trickles out); ``cut`` closes the connection before the
+    last chunk, as a dropped connection does.
+    """
 
     status: int = 200
     body: Any = None
     headers: dict[str, str] = field(default_factory=dict)
     delay_s: float = 0.0
+    chunks: list[bytes] | None = None
+    chunk_delay_s: float = 0.0
+    content_type: str = "application/json"
+    cut: bool = False
+
+
+def sse(*events: Any, names: list[str] | None = None, done: bool = False, chunk_delay_s: float = 0.0,
+        cut: bool = False) -> Reply:
+    """A 200 text/event-stream reply: one ``data:`` event per item (dicts as JSON), optionally named."""
+    chunks = []
+    for i, event in enumerate(events):
+        data = event if isinstance(event, str) else json.dumps(event, ensure_ascii=False)
+        head = f"event: {names[i]}\n" if names else ""
+        chunks.append(f"{head}data: {data}\n\n".encode())
+    if done:
+        chunks.append(b"data: [DONE]\n\n")
+    return Reply(200, chunks=chunks, chunk_delay_s=chunk_delay_s, content_type="text/event-stream", cut=cut)
+
+
+def chat_stream(text: str, usage: dict | None = None, pieces: int = 3, **kwargs: Any) -> Reply:
+    """An OpenAI chat-completions stream of ``text`` in ``pieces`` deltas, then usage and [DONE]."""
+    step = max(1, -(-len(text) // pieces))
+    deltas = [{"choices": [{"index": 0, "delta": {"content": text[i:i + step]}, "finish_reason": None}]}
+              for i in range(0, len(text), step)]
+    deltas.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    deltas.append({"choices": [], "usage": usage or {"prompt_tokens": 11, "completion_tokens": 7}})
+    return sse(*deltas, done=True, **kwargs)
 
 
 def chat(text: str | None, refusal: str | None = None, finish: str = "stop", usage: dict | None = None) -> Reply:
@@ -96,15 +128,19 @@ class LoopbackServer:
                     call = Call(self.path, {k.lower(): v for k, v in self.headers.items()}, raw, body, outer._seen[raw])
                     outer._seen[raw] += 1
                     outer.calls.append(call)
+                    self._call = call
                     outer.in_flight += 1
                     outer.max_in_flight = max(outer.max_in_flight, outer.in_flight)
                 try:
                     reply = outer.responder(call)
                     if outer.latency_s or reply.delay_s:
                         time.sleep(outer.latency_s + reply.delay_s)
+                    if reply.chunks is not None:
+                        self._send_chunks(reply)
+                        return
                     payload = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
                     self.send_response(reply.status)
-                    self.send_header("content-type", "application/json")
+                    self.send_header("content-type", reply.content_type)
                     self.send_header("content-length", str(len(payload)))
                     for k, v in reply.headers.items():
                         self.send_header(k, v)
@@ -116,6 +152,28 @@ class LoopbackServer:
                 finally:
                     with outer._lock:
                         outer.in_flight -= 1
+
+            def _send_chunks(self, reply: Reply) -> None:
+                self.send_response(reply.status)
+                self.send_header("content-type", reply.content_type)
+                self.send_header("transfer-encoding", "chunked")
+                for k, v in reply.headers.items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.flush()
+                for i, chunk in enumerate(reply.chunks or []):
+                    if i and reply.chunk_delay_s:
+                        time.sleep(reply.chunk_delay_s)
+                    self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+                    self.wfile.flush()
+                if reply.cut:
+                    self.close_connection = True
+                    self.connection.shutdown(2)
+                    return
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+                with outer._lock:
+                    outer.completed.append(self._call)
 
             def log_message(self, *args: Any) -> None:
                 pass

@@ -30,6 +30,15 @@ SPEC_CAPS = {
 NO_TEMPERATURE = {"claude-opus-4.6", "claude-opus-4.8", "gpt-5.4", "gpt-5.1", "gpt-5.5", "kimi-k2.6"}
 
 
+GATEWAY = "https://gateway.example.test/v1"
+
+
+@pytest.fixture(autouse=True)
+def gateway_url(monkeypatch):
+    """The paper's private gateway judge has no default host: name one for composing the paper panels."""
+    monkeypatch.setenv("WILDTRACE_GATEWAY_BASE_URL", GATEWAY)
+
+
 def group(name: str) -> list[str]:
     return sorted(p.stem for p in (Path(CONF_DIR) / name).glob("*.yaml"))
 
@@ -118,6 +127,21 @@ def test_typos_and_wrong_types_fail_at_compose_naming_the_key(overrides, fragmen
         (["model.max_concurrency=0"], "model.max_concurrency must be at least 1"),
         (["~judge_panel.judges.lexical"], "judge_panel.judges is empty"),
         (["decoding.max_tokens=0"], "decoding.max_tokens must be positive"),
+        (["retry.max_retries=-1"], r"retry.max_retries must be >= 0"),
+        (["retry.backoff_base_s=-1"], r"retry.backoff_base_s must be >= 0"),
+        (["decoding.temperature=5"], r"decoding.temperature must be within \[0.0, 2.0\] for model \(offline\), got 5"),
+        (["decoding.temperature=-0.1"], r"decoding.temperature must be within"),
+        (["model=claude-opus-4.6", "model.send_temperature=true", "decoding.temperature=1.5"],
+         r"decoding.temperature must be within \[0.0, 1.0\] for model \(anthropic\)"),
+        (["judge_panel.temperature=3"], r"judge_panel.temperature must be within \[0.0, 2.0\] for judge_panel.judges.lexical"),
+        (["decoding.reasoning_effort=ultra"], r"decoding.reasoning_effort: unknown reasoning_effort 'ultra'"),
+        (["judge_panel.judges.lexical.reasoning_format=anthropic-budget"],
+         r"judge_panel.judges.lexical.reasoning_format: reasoning_format 'anthropic-budget' does not apply"),
+        (["model.base_url=ftp://x"], r"model.base_url must start with http:// or https://"),
+        (["model.timeout_s=0"], r"model.timeout_s must be positive"),
+        (["model.max_call_s=-1"], r"model.max_call_s must be positive"),
+        (["max_response_mb=0"], r"max_response_mb must be positive"),
+        (["access=gateway"], r"gateway.base_url"),
     ],
 )
 def test_semantic_errors_name_the_key(overrides, message):
@@ -149,3 +173,28 @@ def test_ablation_panels_reuse_the_paper_judges(judge):
     assert list(only) == [judge] and only[judge] == paper[judge]  # same endpoint → same cache keys
     assert set(without) == set(paper) - {judge}
     assert all(without[k] == paper[k] for k in without)
+
+
+def test_private_gateway_judge_without_its_variable_fails_naming_it(monkeypatch):
+    monkeypatch.delenv("WILDTRACE_GATEWAY_BASE_URL")
+    with pytest.raises(ConfigError, match=r"judge_panel.judges.claude_sonnet.base_url is empty: set "
+                                          r"WILDTRACE_GATEWAY_BASE_URL \(this endpoint has no public default"):
+        to_settings(compose_config(["judge_panel=paper"]))
+    # A panel without the gateway judge needs no gateway.
+    assert "claude_sonnet" not in to_settings(compose_config(["judge_panel=paper_only_qwen"])).judge_panel.judges
+
+
+def test_gateway_access_points_every_endpoint_at_one_url_and_key(monkeypatch):
+    monkeypatch.delenv("WILDTRACE_GATEWAY_BASE_URL")
+    cfg = to_settings(compose_config(["model=claude-opus-4.6", "judge_panel=paper", "access=gateway",
+                                      "gateway.base_url=http://gw.example.test:4000/v1"]))
+    endpoints = [cfg.model, *cfg.judge_panel.judges.values()]
+    assert [(e.provider, e.base_url, e.api_key_env) for e in endpoints] == [
+        ("openai", "http://gw.example.test:4000/v1", "API_KEY")] * 4
+    assert [e.route for e in endpoints] == ["claude-opus-4-6", "mr.claude-sonnet-4-6-20260217", "qwen3.5-plus",
+                                            "gemini-2.5-flash"]
+
+
+def test_gateway_access_leaves_offline_endpoints_alone():
+    cfg = to_settings(compose_config(["access=gateway", "gateway.base_url=http://gw.example.test/v1"]))
+    assert (cfg.model.provider, cfg.judge_panel.judges["lexical"].provider) == ("offline", "offline")

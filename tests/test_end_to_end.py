@@ -147,8 +147,8 @@ def test_failed_answers_are_never_judged(scripted_run, marker):
 def test_exact_bytes_of_the_answer_request(scripted_run):
     (call,) = model_calls(scripted_run["server"], "t-ok")
     expected = {"model": "test-model", "messages": [{"role": "user", "content": answer_prompt(question("t-ok"), DOC)}],
-                "max_tokens": 8192, "temperature": 0.1}
-    assert call.raw == encode_body(expected)
+                "max_tokens": 8192, "temperature": 0.1, "stream": True, "stream_options": {"include_usage": True}}
+    assert call.raw == encode_body(expected)  # streamed by default (the loopback server answers plain JSON)
     assert call.path == "/v1/chat/completions"
     assert call.headers["authorization"] == f"Bearer {scripted_run['key']}"
 
@@ -158,7 +158,7 @@ def test_exact_bytes_of_a_judge_request(scripted_run):
     rubric = [RubricItem(60, "names the cause"), RubricItem(40, "gives the time")]
     answer = "The seal was worn; it failed at 03:14. [t-ok]"
     expected = {"model": "judge-b", "messages": [{"role": "user", "content": judge_prompt(question("t-ok"), rubric, answer)}],
-                "max_tokens": 16384, "temperature": 0.1}
+                "max_tokens": 16384, "temperature": 0.1, "stream": True, "stream_options": {"include_usage": True}}
     assert [c.raw for c in calls] == [encode_body(expected)]
 
 

@@ -355,9 +355,10 @@ def test_200_empty_output_is_never_retried(content):
     assert not result.ok and result.reason == R.EMPTY_OUTPUT
 
 
-def test_200_unreadable_body_is_bad_response_not_retried():
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "plain"])
+def test_200_unreadable_body_is_bad_response_not_retried(stream):
     script = Script(resp(200, text="not json at all"), resp(200))
-    result, _ = call(script)
+    result, _ = call(script, stream=stream)
     assert result.attempts == 1 and script.count == 1
     assert result.reason == R.BAD_RESPONSE
 
@@ -382,11 +383,14 @@ def test_transient_then_refusal_counts_both_attempts():
         ("gemini", ("x-goog-api-key", SECRET)),
     ],
 )
-def test_exact_bytes_and_headers_on_the_wire(provider, auth):
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "plain"])
+def test_exact_bytes_and_headers_on_the_wire(provider, auth, stream):
     script = Script(lambda request: httpx.Response(200, json=ok_body()))
-    p = make_provider(spec(provider))
+    p = make_provider(spec(provider, stream=stream))
     request = p.build_request(PROMPT, SAMPLING)
-    call(script, provider=provider)
+    if stream:
+        request = p.stream_request(request)
+    call(script, provider=provider, stream=stream)
     assert script.count == 1
     sent = script.requests[0]
     expected = json.dumps(request.body, ensure_ascii=False, separators=(",", ":")).encode()

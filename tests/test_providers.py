@@ -330,7 +330,9 @@ ANTHROPIC_PARSE = [
                      {"type": "redacted_thinking", "data": "xx"},
                      {"type": "text", "text": "Part one. "}, {"type": "text", "text": "Part two."}],
          "stop_reason": "end_turn", "usage": {"input_tokens": 1, "output_tokens": 2}},
-        Completion("Part one. Part two.", "end_turn", Usage(1, 2, None), None),
+        # Thinking is recorded as reasoning (a redacted block as a marker), never as the answer.
+        Completion("Part one. Part two.", "end_turn", Usage(1, 2, None), None,
+                   reasoning="Let me think...\n\n[redacted thinking]"),
         id="thinking-then-text",
     ),
     pytest.param(
@@ -357,7 +359,7 @@ GEMINI_PARSE = [
     pytest.param(
         {"candidates": [{"content": {"parts": [{"text": "secret reasoning", "thought": True},
                                                {"text": "Final."}]}, "finishReason": "STOP"}]},
-        Completion("Final.", "STOP", Usage(), None),
+        Completion("Final.", "STOP", Usage(), None, reasoning="secret reasoning"),
         id="thought-parts-excluded",
     ),
     pytest.param(
@@ -569,7 +571,9 @@ def test_offline_extractive_answers_a_real_answer_prompt():
     assert payload["model"] == "extractive-bm25"
     assert payload["choices"][0]["message"] == {"role": "assistant", "content": "The bridge was completed in 1932."}
     completion = provider.parse_response(payload)
-    assert completion == Completion("The bridge was completed in 1932.", "stop", Usage(), None)
+    # The offline reply names its route as the model that answered, as a real server does.
+    assert completion == Completion("The bridge was completed in 1932.", "stop", Usage(), None,
+                                    served_model="extractive-bm25")
     assert interpret(provider, payload, status, 1, 0.0).ok
 
 

@@ -7,20 +7,38 @@ import json
 import pytest
 
 from conftest import TEST_KEY_ENV, make_task, openai_judge, settings, write_release
-from loopback import Call, LoopbackServer, Reply, chat
+from loopback import Call, LoopbackServer, Reply, chat, sse
 from wildtrace.core.tasks import DatasetError
 from wildtrace.runtime.run import run
 
 DOC = "The seal was worn. The pump failed at 03:14. " * 10
 
 
+def anthropic_events(text: str) -> Reply:
+    """The Messages API's streamed events for one text answer, as the API sends them."""
+    events = [
+        {"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant", "content": [],
+                                              "model": "claude-opus-4-6", "stop_reason": None,
+                                              "usage": {"input_tokens": 50, "output_tokens": 1}}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        {"type": "ping"},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text[:10]}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text[10:]}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 9}},
+        {"type": "message_stop"},
+    ]
+    return sse(*events, names=[e["type"] for e in events])
+
+
 def responder(call: Call) -> Reply:
-    if call.path.endswith("/v1/messages"):  # Anthropic
-        return Reply(200, {"content": [{"type": "text", "text": "Anthropic says the seal was worn."}],
-                           "stop_reason": "end_turn", "usage": {"input_tokens": 50, "output_tokens": 9}})
-    if ":generateContent" in call.path:  # Gemini judge
-        return Reply(200, {"candidates": [{"content": {"parts": [{"text": '{"points_awarded":[40],"total":40}'}]},
-                                           "finishReason": "STOP"}], "usageMetadata": {"promptTokenCount": 80}})
+    if call.path.endswith("/v1/messages"):  # Anthropic, streamed by default
+        return anthropic_events("Anthropic says the seal was worn.")
+    if ":streamGenerateContent" in call.path:  # Gemini judge, streamed by default
+        return sse({"candidates": [{"content": {"parts": [{"text": '{"points_awarded":[40],'}], "role": "model"}}]},
+                   {"candidates": [{"content": {"parts": [{"text": '"total":40}'}], "role": "model"},
+                                    "finishReason": "STOP"}], "usageMetadata": {"promptTokenCount": 80},
+                    "modelVersion": "gemini-2.5-flash"})
     if call.route == "test-model":
         return chat(f"The seal was worn (call {call.seen}).")
     return chat('{"points_awarded":[60],"total":60}')
@@ -104,7 +122,7 @@ def test_anthropic_model_and_gemini_judge(tmp_path, release):
                                        "base_url": server.url, "api_key_env": TEST_KEY_ENV}})
         result = run(cfg)
     answers = [c for c in server.calls if c.path == "/v1/messages"]
-    judge = [c for c in server.calls if c.path == "/v1beta/models/gemini-2.5-flash:generateContent"]
+    judge = [c for c in server.calls if c.path == "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"]
     assert len(answers) == 3 and len(judge) == 3
     assert "temperature" not in answers[0].body and answers[0].body["max_tokens"] == 32768  # spec §2 for Opus 4.6
     assert answers[0].headers["x-api-key"] and answers[0].headers["anthropic-version"] == "2023-06-01"

@@ -17,12 +17,11 @@ from typing import Any, Optional
 from omegaconf import MISSING, OmegaConf
 
 from wildtrace.core.caps import Caps
+from wildtrace.providers.base import check_reasoning
 
 PROVIDERS = ("openai", "anthropic", "gemini", "offline")
 STAGES = ("all", "answer", "judge")
 BUDGET_FIELDS = ("max_tokens", "max_completion_tokens")
-#: decoding.reasoning_effort levels (null = send nothing: the provider's default).
-REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high")
 #: The temperature range each wire format accepts (Anthropic's Messages API takes 0–1).
 TEMPERATURE_RANGE = {"openai": (0.0, 2.0), "anthropic": (0.0, 1.0), "gemini": (0.0, 2.0), "offline": (0.0, 2.0)}
 #: Judge keys are plain identifiers so that ``judge_panel.judges.<key>.x=`` and
@@ -98,7 +97,7 @@ class DecodingConfig:
     temperature: float = 0.1
     #: The completion budget; null = 32768 for reasoning models, else 8192.
     max_tokens: Optional[int] = None
-    #: Reasoning effort (none, minimal, low, medium, high); null sends nothing (the provider's default).
+    #: Reasoning effort (none, minimal, low, medium, high, xhigh); null sends nothing (the provider's default).
     reasoning_effort: Optional[str] = None
     #: > 0 asks for fresh answer calls (a rerun that is not served from the cache).
     replicate: int = 0
@@ -247,11 +246,10 @@ def _check_endpoint(prefix: str, e: EndpointConfig) -> None:
         raise ConfigError(f"{prefix}.base_url is empty: {hint}")
     if not e.base_url.startswith(("http://", "https://")):
         raise ConfigError(f"{prefix}.base_url must start with http:// or https://, got {e.base_url!r}")
-    from wildtrace.providers.base import REASONING_FORMATS
-
-    if e.reasoning_format is not None and e.reasoning_format not in REASONING_FORMATS:
-        raise ConfigError(f"{prefix}.reasoning_format must be null or one of {', '.join(REASONING_FORMATS)}, "
-                          f"got {e.reasoning_format!r}")
+    try:
+        check_reasoning(e.provider, e.reasoning_format, None)
+    except ValueError as exc:
+        raise ConfigError(f"{prefix}.reasoning_format: {exc}") from None
 
 
 def _check_temperature(key: str, temperature: float, providers: dict[str, str]) -> None:
@@ -302,9 +300,10 @@ def validate(cfg: WildtraceConfig) -> WildtraceConfig:
         raise ConfigError("stage=judge needs responses=PATH (a responses.json, or a JSON list of rows)")
     if cfg.decoding.replicate < 0 or cfg.judge_panel.replicate < 0:
         raise ConfigError("decoding.replicate and judge_panel.replicate must be >= 0")
-    if cfg.decoding.reasoning_effort is not None and cfg.decoding.reasoning_effort not in REASONING_EFFORTS:
-        raise ConfigError(f"decoding.reasoning_effort must be null or one of {', '.join(REASONING_EFFORTS)}, "
-                          f"got {cfg.decoding.reasoning_effort!r}")
+    try:
+        check_reasoning(cfg.model.provider, None, cfg.decoding.reasoning_effort)
+    except ValueError as exc:
+        raise ConfigError(f"decoding.reasoning_effort: {exc}") from None
     if cfg.stage != "judge" and cfg.model.send_temperature:
         _check_temperature("decoding.temperature", cfg.decoding.temperature, {"model": cfg.model.provider})
     if cfg.stage != "answer":

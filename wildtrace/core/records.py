@@ -38,9 +38,9 @@ RESPONSE_TOO_LARGE = "response_too_large"
 class Usage:
     """Token counts as the provider reports them (None where it reports nothing)."""
 
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    reasoning_tokens: int | None = None
+    prompt_tokens: int | None = None  # input tokens
+    completion_tokens: int | None = None  # output tokens (reasoning included where the provider counts it so)
+    reasoning_tokens: int | None = None  # reasoning/thinking tokens, where reported separately
 
     def to_dict(self) -> dict:
         """Plain dict for JSON rows."""
@@ -49,14 +49,17 @@ class Usage:
 
 @dataclass(frozen=True)
 class Completion:
-    """A provider's 2xx reply, parsed: answer text (or None), why it stopped, a refusal."""
+    """A provider's 2xx reply, parsed: answer text (or None), why it stopped, a refusal.
 
-    text: str | None
-    finish_reason: str | None
-    usage: Usage = field(default_factory=Usage)
+    ``reasoning`` is recorded, never judged: the answer ``text`` never contains it.
+    """
+
+    text: str | None  # the answer (reasoning split off), None when the reply carries none
+    finish_reason: str | None  # the provider's own stop/finish reason
+    usage: Usage = field(default_factory=Usage)  # token counts
     refusal: str | None = None  # the provider's refusal signal or message, if any
-    reasoning: str | None = None  # reasoning text the provider returned beside the answer (never judged)
-    served_model: str | None = None  # the model the response says answered (OpenAI ``model``, Gemini ``modelVersion``)
+    reasoning: str | None = None  # reasoning text (reasoning_content, thinking blocks, thought parts, <think>)
+    served_model: str | None = None  # the model the response says answered (OpenAI/Anthropic model, Gemini modelVersion)
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,94 @@
-"""The provider interface: a pure request builder and a pure response parser."""
+"""The provider interface: a pure request builder, a pure response parser, a stream reader.
+
+A streamed call is the same call: ``stream_request`` asks for events, the provider's
+``StreamReader`` assembles them into the body a plain call returns, and that body goes
+through the one parser (``parse_response``), so the cache stores one shape.
+"""
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from wildtrace.core.records import Completion
+from wildtrace.providers.sse import SSEDecoder, SSEEvent
+
+#: Reasoning-effort levels ``Sampling.reasoning_effort`` takes (None = send nothing).
+#: ``xhigh`` exists because OpenAI (GPT-5.2 and later), Anthropic's adaptive effort and
+#: DeepSeek take it; formats with fewer levels map it to their highest.
+REASONING_LEVELS = ("none", "minimal", "low", "medium", "high", "xhigh")
+
+#: Every ``reasoning_format`` (name -> what it sends), per wire format. ``None`` in a spec
+#: means the wire format's own convention (the first entry of its group, or by route).
+REASONING_FORMATS: dict[str, str] = {
+    # openai wire format (OpenAI and the OpenAI-compatible dialects)
+    "openai": "reasoning_effort: <level> (OpenAI; the openai wire format's default)",
+    "openrouter": "reasoning: {effort: <level>} (OpenRouter's unified field)",
+    "qwen": "enable_thinking: false for none, else enable_thinking: true + thinking_budget (DashScope / Qwen)",
+    "thinking": "thinking: {type: disabled} for none, else {type: enabled} (GLM, Kimi K2.x)",
+    "deepseek": "thinking: {type: disabled} for none, else {type: enabled} + reasoning_effort: <level> (DeepSeek)",
+    "doubao": "thinking: {type: disabled} for none, else {type: enabled} + reasoning_effort (Doubao Seed, Volcengine Ark)",
+    "minimax": "reasoning_split: true (reasoning out of the content); none adds thinking: {type: disabled} (MiniMax)",
+    "none": "nothing: the endpoint has no reasoning control",
+    # anthropic wire format
+    "anthropic-budget": "thinking: {type: enabled, budget_tokens: N}; none sends no thinking (Claude before 4.6)",
+    "anthropic-adaptive": "thinking: {type: adaptive} + output_config: {effort: <level>}; none sends no thinking (Claude 4.6+)",
+    # gemini wire format
+    "gemini-budget": "generationConfig.thinkingConfig: {thinkingBudget: N, includeThoughts: true} (Gemini 2.5)",
+    "gemini-level": "generationConfig.thinkingConfig: {thinkingLevel: <level>, includeThoughts: true} (Gemini 3.x)",
+}
+
+#: Which formats each wire format accepts (offline speaks the openai wire format).
+FORMATS_BY_PROVIDER: dict[str, tuple[str, ...]] = {
+    "openai": ("openai", "openrouter", "qwen", "thinking", "deepseek", "doubao", "minimax", "none"),
+    "offline": ("openai", "openrouter", "qwen", "thinking", "deepseek", "doubao", "minimax", "none"),
+    "anthropic": ("anthropic-budget", "anthropic-adaptive", "none"),
+    "gemini": ("gemini-budget", "gemini-level", "none"),
+}
+
+#: Thinking-token budgets for the formats that take a number (Anthropic, Qwen, Gemini 2.5).
+#: Anthropic needs >= 1024; Gemini 2.5 Pro takes 128..32768 (it cannot switch thinking off).
+THINKING_BUDGETS: dict[str, int] = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384, "xhigh": 32768}
+
+#: Error ``type`` / ``code`` strings (OpenAI, Anthropic, gateways) -> the HTTP status they stand for.
+ERROR_TYPE_STATUS: dict[str, int] = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "invalid_api_key": 401,
+    "billing_error": 402,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "rate_limit_exceeded": 429,
+    "insufficient_quota": 429,
+    "server_error": 500,
+    "api_error": 500,
+    "internal_error": 500,
+    "service_unavailable": 503,
+    "timeout_error": 504,
+    "overloaded_error": 529,
+}
+
+#: Google RPC status names (Gemini error bodies) -> HTTP status.
+RPC_STATUS: dict[str, int] = {
+    "INVALID_ARGUMENT": 400,
+    "FAILED_PRECONDITION": 400,
+    "OUT_OF_RANGE": 400,
+    "UNAUTHENTICATED": 401,
+    "PERMISSION_DENIED": 403,
+    "NOT_FOUND": 404,
+    "ABORTED": 409,
+    "RESOURCE_EXHAUSTED": 429,
+    "CANCELLED": 499,
+    "INTERNAL": 500,
+    "UNKNOWN": 500,
+    "UNAVAILABLE": 503,
+    "DEADLINE_EXCEEDED": 504,
+}
 
 
 @dataclass(frozen=True)
@@ -29,42 +110,114 @@ class EndpointSpec:
     send_temperature: bool = True
     budget_field: str = "max_tokens"
     extra_body: Mapping[str, Any] = field(default_factory=dict)
-    stream: bool = True
-    max_call_s: float = 3600.0
-    reasoning_format: str | None = None
+    reasoning_format: str | None = None  # how reasoning_effort is sent (REASONING_FORMATS); None = by wire format
+    stream: bool = True  # ask for server-sent events (transport only: never part of the cache key)
+    max_call_s: float = 3600.0  # the longest a whole call may take (timeout_s bounds each silence)
 
 
 @dataclass(frozen=True)
 class Sampling:
-    """Decoding settings for one call: temperature (None = omit it) and the token budget."""
+    """Decoding settings for one call: temperature, the token budget, the reasoning effort."""
 
-    temperature: float | None
-    max_tokens: int
-    reasoning_effort: str | None = None
+    temperature: float | None  # None = omit it
+    max_tokens: int  # the output budget, under the endpoint's budget field
+    reasoning_effort: str | None = None  # a REASONING_LEVELS entry; None = send nothing (provider default)
 
 
 @dataclass(frozen=True)
 class WireRequest:
     """An HTTP POST to make: URL, JSON body and non-secret headers."""
 
-    url: str
-    body: dict
-    headers: Mapping[str, str] = field(default_factory=dict)
-
-
-REASONING_FORMATS: dict[str, str] = {}  # STUB until the stream branch lands
+    url: str  # where to POST
+    body: dict  # the JSON body
+    headers: Mapping[str, str] = field(default_factory=dict)  # non-secret headers (never the key)
 
 
 class StreamError(Exception):
-    """STUB"""
+    """An error event inside a 2xx stream, mapped to the HTTP status it stands for."""
 
     def __init__(self, status: int, message: str, payload: Any) -> None:
-        super().__init__(message)
-        self.status, self.message, self.payload = status, message, payload
+        super().__init__(f"HTTP {status} (in stream): {message}")
+        self.status = status  # the HTTP status the event stands for (529 for overloaded_error, ...)
+        self.message = message  # the provider's own words
+        self.payload = payload  # the event's JSON, as received
 
 
 class IncompleteStream(Exception):
-    """STUB"""
+    """The stream ended (EOF) before its terminal event: a transport error, never a complete answer."""
+
+
+class StreamReader(ABC):
+    """Incremental reader of one streamed response: bytes in, the plain-shape body out.
+
+    ``feed`` takes the bytes in any split (one byte at a time gives the same body);
+    ``finish`` is called at EOF. Work per chunk is proportional to the chunk. Malformed
+    events raise ValueError (never another type), error events StreamError. A server that
+    answers a streamed request with plain JSON (LiteLLM on /v1/messages does) is read as
+    that plain body: the bytes are kept only until the first event proves it is a stream.
+    """
+
+    def __init__(self) -> None:
+        self._sse = SSEDecoder()
+        self._head: list[bytes] | None = []  # the bytes before the first event (None once one came)
+        self.done = False  # the terminal event was seen
+
+    def feed(self, chunk: bytes) -> None:
+        """Read some bytes; raise StreamError when they complete an error event."""
+        if self._head is not None:
+            self._head.append(chunk)
+        self._apply(self._sse.feed(chunk))
+
+    def finish(self) -> dict:
+        """At EOF: the assembled body; IncompleteStream when the terminal event never came."""
+        self._apply(self._sse.close())
+        if self._head is not None:
+            plain = self._plain_json(b"".join(self._head))
+            if plain is not None:
+                return plain
+        if not self.complete():
+            raise IncompleteStream(f"stream ended before its terminal event ({self.progress()})")
+        return self.body()
+
+    def _apply(self, events: list[SSEEvent]) -> None:
+        for event in events:
+            self._head = None
+            if self.done:  # anything after the terminal event is not part of the answer
+                continue
+            try:
+                self.on_event(event)
+            except (TypeError, AttributeError, KeyError, IndexError) as exc:  # a wrong shape deep inside
+                raise ValueError(f"unexpected stream event shape: {type(exc).__name__}: {exc}") from exc
+
+    def _plain_json(self, raw: bytes) -> dict | None:
+        """A body that was never a stream: the JSON object itself (None when it is not JSON)."""
+        try:
+            payload = json.loads(raw.decode("utf-8-sig"))  # a BOM before JSON is still JSON
+        except ValueError:  # UnicodeDecodeError and JSONDecodeError are both ValueErrors
+            return None
+        if isinstance(payload, Mapping) and payload.get("error") is not None:
+            raise stream_error(payload)
+        return self.plain(payload)
+
+    def plain(self, payload: Any) -> dict | None:
+        """The body for a plain-JSON answer (an object as it is; formats override for arrays)."""
+        return dict(payload) if isinstance(payload, Mapping) else None
+
+    @abstractmethod
+    def on_event(self, event: SSEEvent) -> None:
+        """Apply one event (raise StreamError for an error event)."""
+
+    def complete(self) -> bool:
+        """Whether what was read so far is a whole answer."""
+        return self.done
+
+    def progress(self) -> str:
+        """A short description of what was read, for the IncompleteStream message."""
+        return "no terminal event"
+
+    @abstractmethod
+    def body(self) -> dict:
+        """The body a plain (non-streamed) call would have returned."""
 
 
 def merge_extra(body: dict, extra: Mapping[str, Any]) -> dict:
@@ -82,6 +235,8 @@ class Provider(ABC):
     """A wire format. Subclasses are pure: no sockets, no clocks, no environment."""
 
     name: ClassVar[str]
+    #: Whether the wire format can stream (the HTTP layer streams only when this and spec.stream hold).
+    streams: ClassVar[bool] = True
 
     def __init__(self, spec: EndpointSpec) -> None:
         self.spec = spec
@@ -90,23 +245,22 @@ class Provider(ABC):
         """The temperature to send, or None when the endpoint must not get one."""
         return sampling.temperature if self.spec.send_temperature else None
 
-    def stream_request(self, request: WireRequest) -> WireRequest:
-        """STUB"""
-        return request
-
-    def stream_reader(self) -> Any:
-        """STUB"""
-        raise NotImplementedError
-
-    def without_temperature(self, request: WireRequest) -> WireRequest:
-        """STUB"""
-        body = dict(request.body)
-        body.pop("temperature", None)
-        return WireRequest(request.url, body, request.headers)
-
     @abstractmethod
     def build_request(self, prompt: str, sampling: Sampling) -> WireRequest:
         """The request for one single-turn user prompt."""
+
+    @abstractmethod
+    def stream_request(self, request: WireRequest) -> WireRequest:
+        """The streamed form of ``build_request``'s request (same content, events asked for)."""
+
+    @abstractmethod
+    def stream_reader(self) -> StreamReader:
+        """A fresh reader for one streamed response."""
+
+    def without_temperature(self, request: WireRequest) -> WireRequest:
+        """The same request with temperature removed (for an endpoint that rejects it)."""
+        body = {k: v for k, v in request.body.items() if k != "temperature"}
+        return WireRequest(url=request.url, body=body, headers=dict(request.headers))
 
     @abstractmethod
     def auth_headers(self, api_key: str) -> dict[str, str]:
@@ -136,6 +290,49 @@ class Provider(ABC):
             if isinstance(err, str):
                 return err
         return str(payload)[:2000]
+
+
+def check_reasoning(provider: str, reasoning_format: str | None, level: str | None) -> None:
+    """Raise ValueError (naming the choices) for an unknown level or a format the wire format lacks."""
+    if level is not None and level not in REASONING_LEVELS:
+        raise ValueError(f"unknown reasoning_effort {level!r} (choose from {', '.join(REASONING_LEVELS)})")
+    if reasoning_format is None:
+        return
+    allowed = FORMATS_BY_PROVIDER.get(provider, ())
+    if reasoning_format not in allowed:
+        raise ValueError(f"reasoning_format {reasoning_format!r} does not apply to provider {provider!r} "
+                         f"(choose from {', '.join(allowed) or 'none'})")
+
+
+def error_status(error: Any, default: int = 500) -> int:
+    """The HTTP status an error object stands for: a numeric code, else its type/code/status name."""
+    if not isinstance(error, Mapping):
+        return default
+    code = error.get("code")
+    if isinstance(code, int) and not isinstance(code, bool) and 400 <= code <= 599:
+        return code
+    if isinstance(code, str) and code.isdigit() and 400 <= int(code) <= 599:
+        return int(code)
+    for key in ("type", "code"):
+        name = error.get(key)
+        if isinstance(name, str) and name in ERROR_TYPE_STATUS:
+            return ERROR_TYPE_STATUS[name]
+    status = error.get("status")
+    if isinstance(status, str) and status in RPC_STATUS:
+        return RPC_STATUS[status]
+    return default
+
+
+def stream_error(payload: Mapping[str, Any], default: int = 500) -> StreamError:
+    """A StreamError from an event carrying ``{"error": {...}}`` (or a bare error string)."""
+    error = payload.get("error")
+    message = error.get("message") if isinstance(error, Mapping) else error
+    return StreamError(error_status(error, default), str(message or "error event in stream")[:2000], payload)
+
+
+def as_str(value: Any) -> str | None:
+    """A string field, or None when absent or not a string."""
+    return value if isinstance(value, str) else None
 
 
 def as_int(value: Any) -> int | None:

@@ -2,14 +2,29 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
 from wildtrace.core.records import Completion, Usage
-from wildtrace.providers.base import Provider, Sampling, WireRequest, as_int, merge_extra
+from wildtrace.providers.base import (
+    Provider,
+    Sampling,
+    StreamReader,
+    WireRequest,
+    as_int,
+    as_str,
+    check_reasoning,
+    merge_extra,
+    stream_error,
+)
+from wildtrace.providers.reasoning import gemini_format, gemini_thinking_config, join_reasoning
+from wildtrace.providers.sse import SSEEvent
 
 #: finishReason values that mean the answer was withheld by a safety or policy filter.
 BLOCKED = frozenset({"SAFETY", "PROHIBITED_CONTENT", "BLOCKLIST", "SPII", "RECITATION", "IMAGE_SAFETY"})
+PLAIN_METHOD = ":generateContent"
+STREAM_METHOD = ":streamGenerateContent?alt=sse"
 
 
 class GeminiProvider(Provider):
@@ -18,21 +33,52 @@ class GeminiProvider(Provider):
     name = "gemini"
 
     def build_request(self, prompt: str, sampling: Sampling) -> WireRequest:
-        """One user content; temperature and ``maxOutputTokens`` in ``generationConfig``."""
+        """One user content; temperature, ``maxOutputTokens`` and thinkingConfig in ``generationConfig``."""
         config: dict[str, Any] = {"maxOutputTokens": sampling.max_tokens}
         temperature = self.temperature(sampling)
         if temperature is not None:
             config["temperature"] = temperature
+        thinking = self._reasoning(sampling)
+        if thinking is not None:
+            config["thinkingConfig"] = thinking
         body = {"contents": [{"role": "user", "parts": [{"text": prompt}]}], "generationConfig": config}
-        url = f"{self.spec.base_url.rstrip('/')}/v1beta/models/{self.spec.route}:generateContent"
+        url = f"{self.spec.base_url.rstrip('/')}/v1beta/models/{self.spec.route}{PLAIN_METHOD}"
         return WireRequest(url=url, body=merge_extra(body, self.spec.extra_body))
+
+    def _reasoning(self, sampling: Sampling) -> dict[str, Any] | None:
+        level = sampling.reasoning_effort
+        check_reasoning(self.name, self.spec.reasoning_format, level)
+        if level is None:
+            return None
+        fmt = self.spec.reasoning_format or gemini_format(self.spec.route)
+        return gemini_thinking_config(fmt, level, sampling.max_tokens)
+
+    def stream_request(self, request: WireRequest) -> WireRequest:
+        """The same body to ``:streamGenerateContent?alt=sse`` (events, not a JSON array)."""
+        if not request.url.endswith(PLAIN_METHOD):
+            raise ValueError(f"not a generateContent URL: {request.url}")
+        url = request.url[: -len(PLAIN_METHOD)] + STREAM_METHOD
+        return WireRequest(url=url, body=dict(request.body), headers={**request.headers, "Accept": "text/event-stream"})
+
+    def stream_reader(self) -> StreamReader:
+        """A reader of GenerateContentResponse chunks."""
+        return GeminiStreamReader()
+
+    def without_temperature(self, request: WireRequest) -> WireRequest:
+        """Temperature lives in ``generationConfig`` here."""
+        body = dict(request.body)
+        config = body.get("generationConfig")
+        if isinstance(config, Mapping):
+            body["generationConfig"] = {k: v for k, v in config.items() if k != "temperature"}
+        return WireRequest(url=request.url, body=body, headers=dict(request.headers))
 
     def auth_headers(self, api_key: str) -> dict[str, str]:
         """The key goes in x-goog-api-key (never in the URL, where logs would keep it)."""
         return {"x-goog-api-key": api_key}
 
     def _parse(self, payload: Any) -> Completion:
-        """First candidate's non-thought text parts; a block reason or SAFETY-like finish is a refusal."""
+        """First candidate's non-thought text parts (thought parts are reasoning); a block
+        reason or SAFETY-like finish is a refusal; ``modelVersion`` is the served model."""
         if not isinstance(payload, Mapping):
             raise ValueError("response is not a JSON object")
         meta = payload.get("usageMetadata") or {}
@@ -41,15 +87,109 @@ class GeminiProvider(Provider):
             completion_tokens=as_int(meta.get("candidatesTokenCount")),
             reasoning_tokens=as_int(meta.get("thoughtsTokenCount")),
         )
+        served = as_str(payload.get("modelVersion"))
         blocked = (payload.get("promptFeedback") or {}).get("blockReason")
         candidates = payload.get("candidates") or []
         if not candidates:
             if blocked:
-                return Completion(text=None, finish_reason=None, usage=usage, refusal=f"blockReason={blocked}")
+                return Completion(text=None, finish_reason=None, usage=usage, refusal=f"blockReason={blocked}",
+                                  served_model=served)
             raise ValueError("response has no candidates")
         first = candidates[0]
         finish = first.get("finishReason")
-        parts = (first.get("content") or {}).get("parts") or []
-        text = "".join(p.get("text", "") for p in parts if isinstance(p, Mapping) and not p.get("thought"))
+        parts = [p for p in (first.get("content") or {}).get("parts") or [] if isinstance(p, Mapping)]
+        text = "".join(p.get("text", "") for p in parts if not p.get("thought"))
+        thoughts = "".join(p.get("text", "") for p in parts if p.get("thought"))
         refusal = f"blockReason={blocked}" if blocked else (f"finishReason={finish}" if finish in BLOCKED else None)
-        return Completion(text=text, finish_reason=finish, usage=usage, refusal=refusal)
+        return Completion(text=text, finish_reason=finish, usage=usage, refusal=refusal,
+                          reasoning=join_reasoning(thoughts), served_model=served)
+
+
+class GeminiStreamReader(StreamReader):
+    """Assembles GenerateContentResponse chunks into one response.
+
+    Text parts are concatenated (thought parts apart, first), the last finishReason,
+    usageMetadata, modelVersion and safetyRatings win. Gemini sends no terminal event:
+    EOF after a chunk with a finishReason or a promptFeedback.blockReason is complete,
+    EOF before one is IncompleteStream.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.top: dict[str, Any] = {}  # usageMetadata, modelVersion, responseId, promptFeedback
+        self.candidate: dict[str, Any] = {}  # finishReason, safetyRatings, ... of candidate 0
+        self.role: str | None = None
+        self.thoughts: list[str] = []
+        self.texts: list[str] = []
+        self.saw_parts = False
+        self.chunks = 0
+
+    def on_event(self, event: SSEEvent) -> None:
+        """One chunk (or an error object)."""
+        try:
+            chunk = json.loads(event.data)
+        except ValueError as exc:
+            raise ValueError(f"unreadable stream chunk: {event.data[:200]!r}") from exc
+        if isinstance(chunk, list) and len(chunk) == 1:  # an error sometimes arrives wrapped in a list
+            chunk = chunk[0]
+        if not isinstance(chunk, Mapping):
+            raise ValueError(f"stream chunk is not an object: {event.data[:200]!r}")
+        if chunk.get("error") is not None:
+            raise stream_error(chunk)
+        self.chunks += 1
+        for key in ("usageMetadata", "modelVersion", "responseId", "promptFeedback"):
+            if chunk.get(key) is not None:
+                self.top[key] = chunk[key]
+        for candidate in chunk.get("candidates") or []:
+            if isinstance(candidate, Mapping) and candidate.get("index", 0) == 0:
+                self._candidate(candidate)
+
+    def _candidate(self, candidate: Mapping[str, Any]) -> None:
+        for key, value in candidate.items():
+            if key not in ("content", "index") and value is not None:
+                self.candidate[key] = value
+        content = candidate.get("content")
+        if not isinstance(content, Mapping):
+            return
+        if isinstance(content.get("role"), str):
+            self.role = content["role"]
+        for part in content.get("parts") or []:
+            if isinstance(part, Mapping) and isinstance(part.get("text"), str):
+                self.saw_parts = True
+                (self.thoughts if part.get("thought") else self.texts).append(part["text"])
+
+    def plain(self, payload: Any) -> dict | None:
+        """Plain JSON: an object is the body; an array (streamGenerateContent without
+        ``alt=sse``) is the chunks, assembled as if they had been events."""
+        if isinstance(payload, list):
+            self._apply([SSEEvent("message", json.dumps(item)) for item in payload])
+            return self.body() if self.complete() else None
+        return super().plain(payload)
+
+    def complete(self) -> bool:
+        """A finishReason or a block reason was seen."""
+        feedback = self.top.get("promptFeedback")
+        blocked = isinstance(feedback, Mapping) and bool(feedback.get("blockReason"))
+        return bool(self.candidate.get("finishReason")) or blocked
+
+    def progress(self) -> str:
+        """How far the stream got."""
+        return f"{self.chunks} chunks, no finishReason"
+
+    def body(self) -> dict:
+        """The GenerateContentResponse a plain call returns."""
+        body: dict[str, Any] = {}
+        if self.candidate or self.saw_parts:
+            candidate: dict[str, Any] = {}
+            if self.saw_parts:
+                parts: list[dict[str, Any]] = []
+                if self.thoughts:
+                    parts.append({"text": "".join(self.thoughts), "thought": True})
+                if self.texts or not self.thoughts:
+                    parts.append({"text": "".join(self.texts)})
+                candidate["content"] = {"role": self.role or "model", "parts": parts}
+            candidate.update(self.candidate)
+            candidate["index"] = 0
+            body["candidates"] = [candidate]
+        body.update(self.top)
+        return body

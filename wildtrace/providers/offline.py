@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from wildtrace.providers.base import WireRequest
+
 from wildtrace.offline.extractive import answer_from_prompt
 from wildtrace.offline.lexical_judge import judge_reply
 from wildtrace.providers.openai import OpenAIProvider
@@ -31,6 +33,11 @@ class OfflineProvider(OpenAIProvider):
     """OpenAI-shaped requests answered by the deterministic offline algorithms."""
 
     name = "offline"
+    streams = False  # answered in-process, whole: there is nothing to stream
+
+    def stream_request(self, request: WireRequest) -> WireRequest:
+        """Unchanged: the offline algorithms answer at once, so ``stream`` has no effect here."""
+        return request
 
     def answer_locally(self, body: Any, replicate: int = 0) -> tuple[int, dict]:
         """(HTTP status, JSON body) for one request, as a server would answer it."""

@@ -25,7 +25,7 @@ import ssl
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -176,7 +176,7 @@ class Endpoint:
         self.on_retry = on_retry or (lambda label: None)
         self.max_response_bytes = max_response_bytes
         self._local = hasattr(provider, "answer_locally")
-        self.streaming = spec.stream and not self._local
+        self.streaming = spec.stream and provider.streams and not self._local
         self._rng = random.Random(seed)
         self._auth = provider.auth_headers(api_key) if api_key else {}
         self._timeout = httpx.Timeout(spec.timeout_s, connect=min(spec.timeout_s, 30.0))
@@ -356,24 +356,32 @@ class Endpoint:
     async def _read(self, response: httpx.Response) -> Attempt:
         status, headers = response.status_code, {k.lower(): v for k, v in response.headers.items()}
         success = 200 <= status < 300
-        bound = self.max_response_bytes if success else ERROR_BODY_LIMIT
         if success and self.streaming and "text/event-stream" in headers.get("content-type", ""):
-            return await self._read_stream(response, status, headers)
+            return await self._read_stream(self._chunks(response), status, headers)
+        bound = self.max_response_bytes if success else ERROR_BODY_LIMIT
         body = bytearray()
-        async for chunk in response.stream:  # type: ignore[union-attr]  # raw bytes, also for in-process responses
+        async for chunk in self._chunks(response):
             body += chunk
             if len(body) > bound:
                 if success:
                     return Attempt(status, headers, too_large=True)
                 break  # an error body: its first megabyte says what went wrong
         payload, notes = decode_json(bytes(body[:bound]))
+        if success and self.streaming and isinstance(payload, dict) and "non_json_body" in payload \
+                and bytes(body).lstrip()[:6] in (b"data:", b"event:"):
+            return await self._read_stream(_replay(bytes(body)), status, headers)  # events, mislabelled
         return Attempt(status, headers, payload, notes=notes)
 
-    async def _read_stream(self, response: httpx.Response, status: int, headers: dict[str, str]) -> Attempt:
+    @staticmethod
+    async def _chunks(response: httpx.Response) -> AsyncIterator[bytes]:
+        async for chunk in response.stream:  # type: ignore[union-attr]  # raw bytes, also in-process responses
+            yield chunk
+
+    async def _read_stream(self, chunks: AsyncIterator[bytes], status: int, headers: dict[str, str]) -> Attempt:
         reader = self.provider.stream_reader()
         size = 0
         try:
-            async for chunk in response.stream:  # type: ignore[union-attr]  # raw bytes, also for in-process responses
+            async for chunk in chunks:
                 size += len(chunk)
                 if size > self.max_response_bytes:
                     return Attempt(status, headers, too_large=True)
@@ -385,6 +393,8 @@ class Endpoint:
             return Attempt(exc.status, headers, payload)
         except IncompleteStream as exc:
             return Attempt(failure=f"transport_error: stream cut short: {exc}")
+        except ValueError as exc:  # malformed events: an unreadable response, not a transient one
+            return Attempt(status, headers, {"malformed_stream": str(exc)[:2000]})
 
     # ------------------------------------------------------------------ helpers
 
@@ -406,6 +416,10 @@ class Endpoint:
         if attempt.status in (400, 413, 422) and any(m in text for m in CONTEXT_LENGTH_MARKERS):
             return R.CONTEXT_LENGTH
         return R.HTTP_ERROR
+
+
+async def _replay(data: bytes) -> AsyncIterator[bytes]:
+    yield data
 
 
 def local_transport(answer: Callable[[Any, int], tuple[int, dict]]) -> httpx.AsyncBaseTransport:
