@@ -295,10 +295,11 @@ class Endpoint:
             if attempt.too_large:
                 return failed(R.RESPONSE_TOO_LARGE, f"response body larger than {self.max_response_bytes} bytes "
                               "(max_response_mb); not kept", attempt_no, attempt)
-            if attempt.status == 400 and not self.temperature_dropped and self._has_temperature(request) \
+            if attempt.status == 400 and self._has_temperature(request) \
                     and temperature_rejected(attempt.status, attempt.payload):
-                self._drop_temperature(attempt)
-                return _RESEND
+                if not self.temperature_dropped:  # calls in flight meanwhile were rejected too: warn once
+                    self._drop_temperature(attempt)
+                return _RESEND  # not an attempt of the task: the same request goes again without temperature
             error = attempt.failure or self._http_error(attempt)
             verdict = classify(attempt.status, attempt.headers, attempt.payload) if attempt.failure is None else None
             if verdict == QUOTA:

@@ -1,0 +1,59 @@
+"""``python -m wildtrace.check [overrides]``: does a paid run work? One small request per endpoint.
+
+Takes the same overrides as a run (``model=…``, ``judge_panel=…``, ``access=gateway …``) and
+sends each endpoint of the run's stage one few-word prompt with the run's real settings.
+Prints a table (endpoint, route, the model that answered, status, latency, whether
+temperature was accepted, the provider's message) and exits 1 if any endpoint failed,
+2 on a config or key error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+from wildtrace.app import CONF_DIR
+from wildtrace.config import ConfigError, register, to_settings
+
+register()
+
+
+@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
+def _check(dict_cfg: DictConfig) -> None:
+    from wildtrace.runtime.preflight import preflight, table
+    from wildtrace.runtime.retry import RetryPolicy
+    from wildtrace.runtime.run import judge_specs, key_config, model_spec, samplings
+    from wildtrace.runtime.secrets import MissingKeyError, install_log_filter, read_keys, redact
+
+    install_log_filter()
+    try:
+        cfg = to_settings(dict_cfg)
+        answer, judge = samplings(cfg)
+        specs = ([(model_spec(cfg), answer)] if cfg.stage != "judge" else []) + \
+                ([(s, judge) for s in judge_specs(cfg)] if cfg.stage != "answer" else [])
+        keys = read_keys([(key_config(s), s.api_key_env, s.name) for s, _ in specs
+                          if s.provider != "offline" and s.api_key_env])
+    except (ConfigError, MissingKeyError) as exc:
+        print(f"wildtrace-check: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    retry = RetryPolicy(max_retries=min(cfg.retry.max_retries, 1), backoff_base_s=cfg.retry.backoff_base_s,
+                        backoff_max_s=cfg.retry.backoff_max_s, retry_after_max_s=min(cfg.retry.retry_after_max_s, 10))
+    checks = asyncio.run(preflight([(s, keys.get(s.api_key_env or ""), sampling) for s, sampling in specs], retry))
+    print(redact(table(checks)))
+    failed = [c.endpoint for c in checks if not c.ok]
+    if failed:
+        print(f"wildtrace-check: {len(failed)} of {len(checks)} endpoints failed: {', '.join(failed)}", file=sys.stderr)
+        raise SystemExit(1)
+    print(f"wildtrace-check: all {len(checks)} endpoints answered")
+
+
+def main() -> None:
+    """Console script and ``python -m wildtrace.check``."""
+    _check()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+"""Preflight: one small request per endpoint with the run's real settings, before paying for a run.
+
+Each endpoint (the model and every judge) gets a few-word prompt — no document — through
+the same call a run makes (stream, budget field, temperature rule, extra body), with the
+cache off and one retry, so a wrong key, a moved route or a rejected setting shows in
+seconds instead of as 481 failed tasks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+
+from wildtrace.core import records as R
+from wildtrace.core.judging import parse_judge_reply
+from wildtrace.core.prompts import answer_prompt, judge_prompt
+from wildtrace.core.tasks import RubricItem
+from wildtrace.providers.base import EndpointSpec, Sampling
+from wildtrace.runtime.cache import Cache
+from wildtrace.runtime.pipeline import make_endpoint
+from wildtrace.runtime.retry import RetryPolicy
+
+#: The preflight prompts are the spec's own, over a one-line note instead of a corpus document.
+QUESTION = "What colour was the door?"
+NOTE = "Maintenance note: the door was painted green on Monday."
+RUBRIC = [RubricItem(points=100, criterion="says the door was green")]
+ANSWER = "The door was green."
+
+
+def prompt_for(spec: EndpointSpec) -> str:
+    """A model gets the answer prompt, a judge the judge prompt: tiny, and exactly as a run builds them."""
+    return answer_prompt(QUESTION, NOTE) if spec.label == "model" else judge_prompt(QUESTION, RUBRIC, ANSWER)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One endpoint's preflight result, a row of the printed table."""
+
+    endpoint: str  #: "model" or the judge key
+    route: str  #: the route asked for
+    served_model: str | None  #: the model the response says answered
+    ok: bool  #: the endpoint answered (an empty reply or a refusal still proves key, route and settings)
+    status: str  #: "ok", or the failure reason
+    http_status: int | None  #: the last HTTP status seen
+    latency_s: float  #: wall time of the call, retries included
+    temperature: str  #: "accepted", "rejected (omitted)", or "not sent"
+    message: str  #: the provider's message on failure, or the reply's first words
+
+
+def _temperature(spec: EndpointSpec, sampling: Sampling, sent: bool | None) -> str:
+    if not spec.send_temperature or sampling.temperature is None:
+        return "not sent"
+    return "accepted" if sent else "rejected (omitted)"
+
+
+async def _one(spec: EndpointSpec, key: str | None, sampling: Sampling, retry: RetryPolicy) -> Check:
+    endpoint = make_endpoint(spec, key, retry, Cache(Path(), enabled=False), lambda label: None)
+    try:
+        result = await endpoint.call(endpoint.provider.build_request(prompt_for(spec), sampling))
+    finally:
+        await endpoint.aclose()
+    answered = result.ok or result.reason in (R.EMPTY_OUTPUT, R.REFUSAL)
+    message = (result.text or "").strip()[:60] if result.ok else (result.error or result.reason or "")
+    if result.ok and spec.label != "model":
+        verdict = parse_judge_reply(result.text)
+        message = f"total={verdict.total:g}" if verdict.available and verdict.total is not None else \
+            f"reply has no usable total ({verdict.reason}): {message}"
+    return Check(endpoint=spec.label, route=spec.route, served_model=result.served_model, ok=answered,
+                 status="ok" if result.ok else str(result.reason), http_status=result.http_status,
+                 latency_s=round(result.latency_s, 3), temperature=_temperature(spec, sampling, result.temperature_sent),
+                 message=message)
+
+
+async def preflight(endpoints: list[tuple[EndpointSpec, str | None, Sampling]], retry: RetryPolicy) -> list[Check]:
+    """Check every (spec, key, sampling) at once; results in the given order."""
+    return list(await asyncio.gather(*(_one(spec, key, sampling, retry) for spec, key, sampling in endpoints)))
+
+
+def table(checks: list[Check]) -> str:
+    """The checks as an aligned text table."""
+    header = ("endpoint", "route", "served by", "status", "http", "latency", "temperature", "message")
+    rows = [header] + [(c.endpoint, c.route, c.served_model or "-", c.status, str(c.http_status or "-"),
+                        f"{c.latency_s:.2f}s", c.temperature, c.message.replace("\n", " ")[:100]) for c in checks]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
