@@ -246,7 +246,7 @@ class Endpoint:
         try:
             self.cache.put(key, material, {"payload": result.raw, "http_status": result.http_status,
                                            "attempts": result.attempts, "latency_s": result.latency_s,
-                                           "started_at": result.started_at})
+                                           "started_at": result.started_at, "notes": list(result.notes)})
         except StorageError as exc:
             self.storage_error = self.storage_error or exc
             return replace(result, notes=result.notes + (f"not cached: {exc}",))
@@ -260,7 +260,9 @@ class Endpoint:
         self.hits += 1
         result = interpret(self.provider, stored["payload"], stored["http_status"], stored["attempts"],
                            time.perf_counter() - started)
-        return self._finish(replace(result, started_at=started_at, cached=True,
+        notes = stored.get("notes")
+        notes = tuple(n for n in notes if isinstance(n, str)) if isinstance(notes, list) else ()
+        return self._finish(replace(result, started_at=started_at, cached=True, notes=notes,
                                     original_latency_s=float(stored["latency_s"])), request)
 
     def _finish(self, result: CallResult, request: WireRequest) -> CallResult:
