@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime
 import email.utils
+import itertools
 import math
 import random
 import re
@@ -256,7 +257,7 @@ def error_text(payload: Any, budget: int = TEXT_BUDGET) -> str:
             parts.append(piece)
             used += len(piece) + 1
         elif isinstance(item, Mapping):
-            for key, value in list(item.items())[:256]:
+            for key, value in itertools.islice(item.items(), 256):
                 stack.append(value)
                 stack.append(key)
         elif isinstance(item, (list, tuple)):
