@@ -81,7 +81,8 @@ def test_parse_go_duration(value, seconds):
           "x-ratelimit-reset-tokens": "2s", "x-ratelimit-limit-requests": "500",
           "x-ratelimit-remaining-requests": "499", "x-ratelimit-reset-requests": "120ms"},
          {"tokens": Window(30000, 29000, 2.0), "requests": Window(500, 499, 0.12)}),
-        ({"X-RateLimit-Remaining-Tokens": "10", "X-RateLimit-Reset-Tokens": "6m0s"}, {"tokens": Window(None, 10, 360.0)}),
+        ({"X-RateLimit-Remaining-Tokens": "10", "X-RateLimit-Reset-Tokens": "6m0s"},
+         {"tokens": Window(None, 10, 360.0)}),
         ({"anthropic-ratelimit-input-tokens-limit": "400000", "anthropic-ratelimit-input-tokens-remaining": "1000",
           "anthropic-ratelimit-input-tokens-reset": rfc3339(30), "anthropic-ratelimit-requests-limit": "50",
           "anthropic-ratelimit-requests-remaining": "0", "anthropic-ratelimit-requests-reset": rfc3339(1.5),
@@ -96,7 +97,8 @@ def test_parse_go_duration(value, seconds):
         ({"x-ratelimit-remaining-tokens": "-1", "x-ratelimit-limit-tokens": "-1"}, {}),  # Azure's "not applicable"
         ({"x-ratelimit-remaining-tokens": "lots"}, {}),
         ({"x-ratelimit-remaining-tokens": "9" * 500}, {}),
-        ({"x-ratelimit-remaining-tokens": "10", "x-ratelimit-reset-tokens": "tomorrow"}, {"tokens": Window(None, 10, None)}),
+        ({"x-ratelimit-remaining-tokens": "10", "x-ratelimit-reset-tokens": "tomorrow"},
+         {"tokens": Window(None, 10, None)}),
         ({"x-ratelimit-remaining-tokens": "10", "x-ratelimit-reset-tokens": str(int(WALL) + 4)},
          {"tokens": Window(None, 10, 4.0)}),  # a gateway's epoch seconds
         ({"anthropic-ratelimit-tokens-remaining": "10", "anthropic-ratelimit-tokens-reset": "2026-13-45T99:00:00Z"},

@@ -86,8 +86,9 @@ def test_retry_hint_tolerates_broken_header_mappings():
     assert retry_hint({"retry-after": None, 3: "4"}, None) is None  # type: ignore[dict-item]
 
 
-@pytest.mark.parametrize(("value", "expected"), [("13s", 13.0), ("0s", 0.0), ("0.5s", 0.5), ("1.000000001s", 1.000000001),
-                                                 ("", None), ("s", None), (".5s", None), ("1.s", None), (None, None)])
+@pytest.mark.parametrize(("value", "expected"), [("13s", 13.0), ("0s", 0.0), ("0.5s", 0.5),
+                                                 ("1.000000001s", 1.000000001), ("", None), ("s", None),
+                                                 (".5s", None), ("1.s", None), (None, None)])
 def test_parse_duration(value, expected):
     assert parse_duration(value) == expected
 
@@ -130,8 +131,9 @@ DASHSCOPE_ARREARS = {"error": {"code": "Arrearage", "message": "Access denied, p
 
 def gemini_429(*quota_ids: str, message: str = "You exceeded your current quota, please check your plan and billing "
                                                "details.") -> dict:
-    violations = [{"quotaMetric": "generativelanguage.googleapis.com/generate_content_paid_tier_input_token_count",
-                   "quotaId": q, "quotaDimensions": {"location": "global", "model": "gemini-2.5-pro"}} for q in quota_ids]
+    metric = "generativelanguage.googleapis.com/generate_content_paid_tier_input_token_count"
+    violations = [{"quotaMetric": metric, "quotaId": q,
+                   "quotaDimensions": {"location": "global", "model": "gemini-2.5-pro"}} for q in quota_ids]
     return {"error": {"code": 429, "message": message, "status": "RESOURCE_EXHAUSTED",
                       "details": [{"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": violations},
                                   {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "20s"}]}}
@@ -203,6 +205,11 @@ LITELLM_WRAPPED_QUOTA = {"error": {"message": "litellm.RateLimitError: RateLimit
         (429, {}, GEMINI_OLD_PER_DAY, QUOTA),
         (429, {}, LITELLM_WRAPPED_QUOTA, QUOTA),
         (403, {}, {"error": {"code": 403, "status": "RESOURCE_EXHAUSTED", "message": "limit: 0"}}, QUOTA),
+        # One request above the whole TPM budget: waiting cannot help.
+        (429, {"retry-after": "1"}, {"error": {"message": "Request too large for gpt-4.1 in organization org-x on "
+                                               "tokens per min (TPM): Limit 30000, Requested 850000. The input or "
+                                               "output tokens must be reduced in order to run successfully.",
+                                               "type": "tokens", "param": None, "code": "rate_limit_exceeded"}}, FAIL),
         (500, {}, OPENAI_QUOTA, RETRY),  # a quota word in a 5xx body is not a quota refusal
         (429, {}, {"error": {"message": "per day", "status": "UNAVAILABLE"}}, RETRY),  # daily words, not Gemini's
     ],

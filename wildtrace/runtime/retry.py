@@ -282,6 +282,12 @@ def is_quota(status: int | None, payload: Any) -> bool:
     return "resource_exhausted" in text and _GEMINI_DAILY.search(text) is not None
 
 
+def is_too_large_for_rate_limit(status: int | None, payload: Any) -> bool:
+    """OpenAI's (and Groq's) 429 "Request too large for … on tokens per min (TPM): Limit 30000,
+    Requested 850000": one request above the whole per-minute budget never gets through."""
+    return status == 429 and "request too large for" in error_text(payload)
+
+
 def _should_retry_header(headers: Mapping[str, str]) -> bool | None:
     value = lower_headers(headers).get("x-should-retry", "").strip().lower()
     return {"true": True, "false": False}.get(value)
@@ -291,7 +297,8 @@ def classify(status: int | None, headers: Mapping[str, str], payload: Any) -> st
     """``OK``, ``RETRY``, ``QUOTA`` or ``FAIL`` for one attempt's outcome.
 
     No status (a timeout or transport error) retries. A quota or spend-limit refusal is
-    ``QUOTA`` whatever the headers say. Otherwise ``x-should-retry: true|false`` decides, as
+    ``QUOTA`` whatever the headers say; a 429 for one request larger than the whole
+    tokens-per-minute budget is ``FAIL`` (waiting cannot shrink it). Otherwise ``x-should-retry: true|false`` decides, as
     in the official OpenAI and Anthropic SDKs; without it 408, 409, 425, 429 and every 5xx
     (CDNs answer 520–524, Anthropic 529) retry and everything else fails.
     """
@@ -301,6 +308,8 @@ def classify(status: int | None, headers: Mapping[str, str], payload: Any) -> st
         return OK
     if is_quota(status, payload):
         return QUOTA
+    if is_too_large_for_rate_limit(status, payload):
+        return FAIL
     told = _should_retry_header(headers)
     if told is not None:
         return RETRY if told else FAIL
