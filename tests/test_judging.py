@@ -59,3 +59,186 @@ def test_unavailable_never_zero(reply, reason):
 def test_panel_mean_uses_available_judges(scores, mean):
     result = panel_mean(scores)
     assert (result is None and mean is None) or result == pytest.approx(mean)
+
+
+# --------------------------------------------------------------------------------------
+# Hostile replies: bounded, linear, never raising (issue 7 item 3)
+# --------------------------------------------------------------------------------------
+
+import json  # noqa: E402
+import math  # noqa: E402
+import time  # noqa: E402
+
+from wildtrace.core import jsonsafe  # noqa: E402
+from wildtrace.core.judging import MAX_REPLY_CHARS, graded_objects  # noqa: E402
+
+BIG_INT = "9" * 10_000
+GRADE = '{"points_awarded": [30], "total": 30}'
+
+HOSTILE = [
+    # (id, reply, total read or None for unavailable)
+    ("1MB of {", "{" * 1_000_000, None),
+    ("1MB of { then a grade", "{" * 1_000_000 + GRADE, 30.0),
+    ('{"a": repeated', '{"a":' * 100_000, None),
+    ('{"a": repeated then a grade', '{"a":' * 30_000 + GRADE, 30.0),
+    ("[ nested 100k deep", "[" * 100_000, None),
+    ("[ nested 100k deep inside an object", '{"total": 5, "x": ' + "[" * 100_000, None),
+    ("a grade nested 100k deep, closed", '{"total": 5, "x": ' + "[" * 100_000 + "]" * 100_000 + "}", None),
+    ("a grade nested 150 deep, closed", '{"total": 5, "x": ' + "[" * 150 + "]" * 150 + "}", 5.0),
+    ("total 1e400", '{"total": 1e400}', None),
+    ("total -1e400", '{"total": -1e400}', None),
+    ("total a 10000-digit int", '{"total": ' + BIG_INT + "}", None),
+    ("10000-digit int beside the total", '{"n": ' + BIG_INT + ', "total": 40}', 40.0),
+    ("total NaN", '{"total": NaN}', None),
+    ("total Infinity", '{"total": Infinity}', None),
+    ("total -Infinity", '{"total": -Infinity}', None),
+    ("NaN elsewhere, total fine", '{"note": NaN, "total": 20}', 20.0),
+    ("unterminated string", '{"total": 50, "note": "abc', None),
+    ("unterminated string after a grade", GRADE + ' {"note": "abc', 30.0),
+    ("lone surrogate escape", '{"note": "\\ud800", "total": 60}', 60.0),
+    ("raw lone surrogate", '{"note": "\ud800x", "total": 61}', 61.0),
+    ("control character in a string", '{"note": "a\x01b", "total": 62}', None),
+    ("invalid escape", '{"note": "\\x41", "total": 63}', None),
+    ("fullwidth digits", '{"total": \uff15\uff10}', None),
+    ("duplicate total, last not numeric", '{"total": 5, "total": "x"}', None),
+    ("duplicate total, last numeric", '{"total": "x", "total": 7}', 7.0),
+    ("stray quote in prose", 'I\'d say " then {"total": 45}', 45.0),
+    ("grade quoted inside a string", '{"note": "{\\"total\\": 99}"}', None),
+    ("bool total", '{"total": false}', None),
+]
+
+
+@pytest.mark.parametrize(("reply", "total"), [c[1:] for c in HOSTILE], ids=[c[0] for c in HOSTILE])
+def test_hostile_replies(reply, total):
+    started = time.perf_counter()
+    verdict = parse_judge_reply(reply)
+    assert time.perf_counter() - started < 2.0  # quadratic would take minutes on the 1 MB cases
+    if total is None:
+        assert not verdict.available and verdict.reason == "no_numeric_total" and verdict.parsed is None
+    else:
+        assert verdict.available and verdict.total == total and verdict.reason is None
+        assert isinstance(verdict.parsed, dict) and verdict.parsed["total"] == total
+        json.dumps(verdict.parsed, ensure_ascii=False, allow_nan=False).encode("utf-8")  # writable as is
+
+
+def test_parsed_object_is_clean_for_writing():
+    verdict = parse_judge_reply('{"note": NaN, "big": ' + BIG_INT + ', "s": "\\udc00", "total": 20}')
+    assert verdict.parsed == {"note": None, "big": None, "s": "\ufffd", "total": 20}
+
+
+def test_non_text_reply_is_empty():
+    assert parse_judge_reply(b'{"total": 5}').reason == "empty_reply"  # type: ignore[arg-type]
+
+
+def test_only_the_tail_is_read():
+    filler = "x" * MAX_REPLY_CHARS
+    assert parse_judge_reply(GRADE + filler).reason == "no_numeric_total"  # the grade is before the bound
+    assert parse_judge_reply(filler + GRADE).total == 30.0
+    # An object cut by the bound is not read; a later one is.
+    cut = '{"total": 10, "pad": "' + "y" * MAX_REPLY_CHARS + '"}'
+    assert parse_judge_reply(cut).reason == "no_numeric_total"
+    assert parse_judge_reply(cut + ' {"total": 11}').total == 11.0
+
+
+def test_outer_object_wins_a_tie_and_the_last_end_wins():
+    text = 'prose {"a": 1, "grade": {"total": 10}} then {"total": 20, "inner": {"total": 30}}'
+    assert [t for _, _, t in sorted(graded_objects(text))] == [10.0, 20.0, 30.0]
+    assert parse_judge_reply(text).total == 20.0  # ends last; its inner one ends earlier
+
+
+LINEAR_UNITS = ["{", '{"a":', '{"a":"{"', '"{"', '{"total":1,', '{"a":[', '{"x":1}{', '{"total": 5} ', "[" * 3 + "{"]
+
+
+@pytest.mark.parametrize("unit", LINEAR_UNITS)
+def test_parsing_time_is_linear(unit):
+    def seconds(size: int) -> float:
+        reply = (unit * (size // len(unit) + 1))[:size]
+        best = math.inf
+        for _ in range(3):
+            started = time.perf_counter()
+            parse_judge_reply(reply)
+            best = min(best, time.perf_counter() - started)
+        return best
+
+    small, large = seconds(12_500), seconds(50_000)
+    assert large / max(small, 1e-4) < 10  # 4x the size: ~4x the time; quadratic would be ~16x
+
+
+# --------------------------------------------------------------------------------------
+# Strict JSON at the boundary (core/jsonsafe.py)
+# --------------------------------------------------------------------------------------
+
+DEEP_OK = "[" * jsonsafe.MAX_DEPTH + "]" * jsonsafe.MAX_DEPTH
+DEEP_BAD = "[" * (jsonsafe.MAX_DEPTH + 1) + "]" * (jsonsafe.MAX_DEPTH + 1)
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (b'{"a": 1}', {"a": 1}),
+        ('{"a": 1.5}', {"a": 1.5}),
+        (b"NaN", None),
+        (b"[NaN, Infinity, -Infinity, 1]", [None, None, None, 1]),
+        (b'{"x": 1e999, "y": -1e999, "z": 1e308}', {"x": None, "y": None, "z": 1e308}),
+        (("[" + "9" * 5000 + "]").encode(), [None]),
+        (("[-" + "9" * 5000 + "]").encode(), [None]),
+        (("[" + "9" * 4000 + "]").encode(), [int("9" * 4000)]),
+        ('"\\ud800"', "\ufffd"),
+        ('{"\\udfff": ["\\ud83d\\ude00", "\\ud83d"]}', {"\ufffd": ["\U0001F600", "\ufffd"]}),
+        ("\ufeff[1]".encode(), [1]),
+        (DEEP_OK, json.loads(DEEP_OK)),
+    ],
+    ids=["bytes", "str", "bare NaN", "constants", "overflow floats", "huge int", "huge negative int",
+         "long int kept", "lone surrogate", "surrogates in keys and lists", "utf-8 BOM", "deep at the bound"],
+)
+def test_loads_accepts(data, expected):
+    assert jsonsafe.loads(data) == expected
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"\xff\xfe", b'{"a": "\xc3"}', DEEP_BAD, "[" * 100_000 + "]" * 100_000, "[" * 100_000, b"", b"{", b"[1,]",
+     '{"a": 1} x', 12, None],
+    ids=["invalid utf-8", "truncated utf-8", "deeper than the bound", "100k deep", "100k unclosed", "empty",
+         "truncated", "trailing comma", "trailing garbage", "not text", "None"],
+)
+def test_loads_raises_only_value_error(data):
+    with pytest.raises(ValueError):
+        jsonsafe.loads(data)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected", "paths"),
+    [
+        ({"a": 1.0, "b": "x"}, {"a": 1.0, "b": "x"}, []),
+        (float("nan"), None, ["$"]),
+        ({"usage": {"cost": float("inf")}, "items": [1, float("-inf"), {"k": float("nan")}]},
+         {"usage": {"cost": None}, "items": [1, None, {"k": None}]},
+         ["$.usage.cost", "$.items[1]", "$.items[2].k"]),
+        ({"odd key": float("nan"), "t": (1.0, float("nan"))}, {"odd key": None, "t": [1.0, None]},
+         ['$["odd key"]', "$.t[1]"]),
+    ],
+)
+def test_sanitize(value, expected, paths):
+    clean, replaced = jsonsafe.sanitize(value)
+    assert clean == expected
+    assert sorted(replaced) == sorted(paths)
+    json.dumps(clean, allow_nan=False)
+
+
+def test_sanitize_copies_and_survives_depth_and_cycles():
+    original = {"x": [float("nan")]}
+    clean, _ = jsonsafe.sanitize(original)
+    assert math.isnan(original["x"][0]) and clean == {"x": [None]}  # the input is untouched
+    deep: list = []
+    node = deep
+    for _ in range(50_000):
+        node.append([])
+        node = node[0]
+    node.append(float("inf"))
+    _, replaced = jsonsafe.sanitize(deep)  # no RecursionError
+    assert len(replaced) == 1 and replaced[0].endswith("[0][0]")
+    cyclic: dict = {"v": float("nan")}
+    cyclic["self"] = cyclic
+    clean, replaced = jsonsafe.sanitize(cyclic)
+    assert clean["self"] is clean and replaced == ["$.v"]

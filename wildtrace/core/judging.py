@@ -2,27 +2,48 @@
 
 A reply with no usable total makes that judge *unavailable* for the task — recorded with
 the raw text and a reason — and is never counted as 0: "unscored" is not "wrong".
+
+A reply is hostile input: only its last ``MAX_REPLY_CHARS`` characters are examined, in
+time linear in their length, and no reply makes the parser raise. Every ``{`` that starts a
+JSON object is found (inside code fences, after prose, nested) by one memoised scan: a JSON
+value starting at a given position ends at the same place whatever surrounds it, so each
+value is parsed once however many objects contain it or however often a scan passes it.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-_DECODER = json.JSONDecoder()
+from wildtrace.core import jsonsafe
+
+#: Only the tail of a longer reply is read: a grade comes last, and the bound keeps a
+#: runaway reply (megabytes of braces) from costing more than a normal one.
+MAX_REPLY_CHARS = 200_000
+
+#: Objects nested deeper than this are not read as grades (none is; Python's own parser
+#: would overflow its stack on them).
+MAX_DEPTH = jsonsafe.MAX_DEPTH
+
+_WS = re.compile(r"[ \t\n\r]*")
+_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")  # ASCII digits, as json's C scanner
+_CANDIDATE = re.compile(r"\{[ \t\n\r]*[\"}]")  # an object starts with a key or is empty
+_LITERALS = ("true", "false", "null", "NaN", "Infinity", "-Infinity")  # what json.loads accepts
+_FAIL = -1
 
 
 @dataclass(frozen=True)
 class JudgeVerdict:
     """What one judge reply yields: a score in [0, 1], or why there is none."""
 
-    total: float | None
-    score: float | None
-    parsed: dict | None
-    reason: str | None  # None when a score was read
+    total: float | None  #: the ``total`` read, as a float
+    score: float | None  #: ``min(total / 100, 1)`` floored at 0; None when unavailable
+    parsed: dict | None  #: the JSON object the total came from
+    reason: str | None  #: None when a score was read; else ``empty_reply`` or ``no_numeric_total``
 
     @property
     def available(self) -> bool:
@@ -30,28 +51,157 @@ class JudgeVerdict:
         return self.score is not None
 
 
-def _numeric(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+@dataclass
+class _Found:
+    """One JSON object the scan found: where it ends, how deep it goes, its ``total`` token."""
+
+    end: int
+    depth: int
+    total: tuple[int, int] | None  # span of the last top-level "total" member's value
 
 
-def json_objects(text: str) -> list[tuple[int, int, dict]]:
-    """Every JSON object that decodes from some ``{`` in ``text``, as (start, end, obj).
+class _Scanner:
+    """Memoised, iterative JSON recogniser over one text (see the module docstring)."""
 
-    Scanning every brace finds objects inside code fences, after prose, and nested ones;
-    invalid JSON is skipped rather than fatal.
-    """
-    found = []
-    pos = text.find("{")
-    while pos != -1:
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.values: dict[int, tuple[int, int]] = {}  # start → (end or _FAIL, depth)
+        self.objects: dict[int, _Found] = {}  # start of each object found
+        self.strings: dict[int, tuple[int, bool]] = {}  # start → (end or _FAIL, is "total")
+
+    def ws(self, pos: int) -> int:
+        return _WS.match(self.text, pos).end()
+
+    def string(self, pos: int) -> tuple[int, bool]:
+        """End of the JSON string starting at ``pos`` (a quote) and whether it reads "total"."""
+        if pos in self.strings:
+            return self.strings[pos]
         try:
-            obj, end = _DECODER.raw_decode(text, pos)
-        except json.JSONDecodeError:
-            pass
-        else:
-            if isinstance(obj, dict):
-                found.append((pos, end, obj))
-        pos = text.find("{", pos + 1)
-    return found
+            value, end = json.decoder.scanstring(self.text, pos + 1, True)
+            result = (end, value == "total")
+        except ValueError:
+            result = (_FAIL, False)
+        self.strings[pos] = result
+        return result
+
+    def scalar(self, pos: int) -> int:
+        """End of the string, number or literal at ``pos``; _FAIL if none starts there."""
+        text = self.text
+        if pos >= len(text):
+            return _FAIL
+        if text[pos] == '"':
+            return self.string(pos)[0]
+        match = _NUMBER.match(text, pos)
+        if match:
+            return match.end()
+        for literal in _LITERALS:
+            if text.startswith(literal, pos):
+                return pos + len(literal)
+        return _FAIL
+
+    def member_key(self, pos: int) -> tuple[int, bool]:
+        """After ``{`` or ``,`` in an object: the key, the colon; → (value start or _FAIL, is total)."""
+        if pos >= len(self.text) or self.text[pos] != '"':
+            return _FAIL, False
+        end, is_total = self.string(pos)
+        if end == _FAIL:
+            return _FAIL, False
+        colon = self.ws(end)
+        if colon >= len(self.text) or self.text[colon] != ":":
+            return _FAIL, False
+        return self.ws(colon + 1), is_total
+
+    def value(self, start: int) -> int:
+        """End of the JSON value at ``start`` (_FAIL if none), with an explicit stack, no recursion."""
+        text, n = self.text, len(self.text)
+        # A frame: [start, is_object, depth, total_span, current member is "total"]
+        stack: list[list[Any]] = []
+        pos = start
+        while True:
+            # Descend: find (end, depth) of the value at pos, opening containers as needed.
+            if pos in self.values:
+                end, depth = self.values[pos]
+            elif pos < n and text[pos] in "{[":
+                is_object = text[pos] == "{"
+                inner = self.ws(pos + 1)
+                if inner < n and text[inner] == ("}" if is_object else "]"):
+                    end, depth = inner + 1, 1
+                    self._finish(pos, end, depth, None, is_object)
+                else:
+                    frame = [pos, is_object, 1, None, False]
+                    if is_object:
+                        inner, frame[4] = self.member_key(inner)
+                    if inner != _FAIL:
+                        stack.append(frame)
+                        pos = inner
+                        continue
+                    end, depth = _FAIL, 0
+                    self.values[pos] = (end, depth)
+            else:
+                end, depth = self.scalar(pos), 0
+                self.values[pos] = (end, depth)
+            # Ascend: hand the value to the enclosing containers until one needs another value.
+            while True:
+                if not stack:
+                    return end
+                frame = stack[-1]
+                if end == _FAIL:  # a JSON value's end does not depend on context: all fail
+                    for failed in stack:
+                        self.values[failed[0]] = (_FAIL, 0)
+                    return _FAIL
+                frame[2] = max(frame[2], depth + 1)
+                if frame[4]:
+                    frame[3] = (pos, end)  # a later duplicate "total" wins, as in json.loads
+                after = self.ws(end)
+                char = text[after] if after < n else ""
+                if char == ",":
+                    nxt = self.ws(after + 1)
+                    if frame[1]:
+                        nxt, frame[4] = self.member_key(nxt)
+                    if nxt == _FAIL:
+                        end = _FAIL
+                        continue
+                    pos = nxt
+                    break
+                if char == ("}" if frame[1] else "]"):
+                    stack.pop()
+                    pos, end, depth = frame[0], after + 1, frame[2]
+                    self._finish(pos, end, depth, frame[3], frame[1])
+                    continue
+                end = _FAIL
+
+    def _finish(self, start: int, end: int, depth: int, total: tuple[int, int] | None, is_object: bool) -> None:
+        self.values[start] = (end, depth)
+        if is_object:
+            self.objects[start] = _Found(end, depth, total)
+
+
+def _finite_total(text: str, span: tuple[int, int] | None) -> float | None:
+    """The total token as a finite float (numbers only: not strings, booleans, NaN, 1e400)."""
+    if span is None:
+        return None
+    token = text[span[0]:span[1]]
+    if not _NUMBER.fullmatch(token):
+        return None
+    value = float(token)  # linear in the digits; never raises on a JSON number
+    return value if math.isfinite(value) else None
+
+
+def graded_objects(text: str) -> list[tuple[int, int, float]]:
+    """Every JSON object in ``text`` with a finite numeric top-level ``total``, as (start, end, total).
+
+    Objects nested deeper than MAX_DEPTH are left out. Linear in ``len(text)``.
+    """
+    scanner = _Scanner(text)
+    for match in _CANDIDATE.finditer(text):
+        scanner.value(match.start())
+    graded = []
+    for start, found in scanner.objects.items():
+        if found.end != _FAIL and found.depth <= MAX_DEPTH:
+            total = _finite_total(text, found.total)
+            if total is not None:
+                graded.append((start, found.end, total))
+    return graded
 
 
 def score_from_total(total: float) -> float:
@@ -59,20 +209,29 @@ def score_from_total(total: float) -> float:
     return max(0.0, min(total / 100.0, 1.0))
 
 
+def _unavailable(reason: str) -> JudgeVerdict:
+    return JudgeVerdict(total=None, score=None, parsed=None, reason=reason)
+
+
 def parse_judge_reply(text: str | None) -> JudgeVerdict:
     """Take the last JSON object in the reply that has a numeric ``total``.
 
     "Last" is by where the object ends, so a judge that corrects itself is read at its
     final word; between an object and one nested in it (same end), the outer one wins.
+    Only the last MAX_REPLY_CHARS characters are read. Never raises.
     """
-    if text is None or not text.strip():
-        return JudgeVerdict(total=None, score=None, parsed=None, reason="empty_reply")
-    candidates = [(end, -start, obj) for start, end, obj in json_objects(text) if _numeric(obj.get("total"))]
-    if not candidates:
-        return JudgeVerdict(total=None, score=None, parsed=None, reason="no_numeric_total")
-    _, _, obj = max(candidates, key=lambda c: (c[0], c[1]))
-    total = float(obj["total"])
-    return JudgeVerdict(total=total, score=score_from_total(total), parsed=obj, reason=None)
+    if not isinstance(text, str) or not text.strip():
+        return _unavailable("empty_reply")
+    tail = text[-MAX_REPLY_CHARS:]
+    graded = graded_objects(tail)
+    if not graded:
+        return _unavailable("no_numeric_total")
+    start, end, total = max(graded, key=lambda g: (g[1], -g[0]))
+    try:
+        parsed = jsonsafe.loads(tail[start:end])
+    except ValueError:  # not reachable for an object the scan accepted; never trust that
+        return _unavailable("no_numeric_total")
+    return JudgeVerdict(total=total, score=score_from_total(total), parsed=parsed, reason=None)
 
 
 def panel_mean(scores: Iterable[float | None]) -> float | None:

@@ -329,7 +329,7 @@ class Endpoint:
             attempt = await self._attempt(slot, wire, content)
         finally:
             self._slots.put_nowait(slot)
-            self.limit.release(attempt.status, attempt.headers)
+            self.limit.release(attempt.status, attempt.headers, attempt.payload)
         return attempt
 
     async def _attempt(self, transport: httpx.AsyncBaseTransport, request: WireRequest, content: bytes) -> Attempt:

@@ -300,7 +300,7 @@ class _Run:
         prompt = answer_prompt(task.question_text, document)
         del document
         request = plan.model.provider.build_request(prompt, plan.answer_sampling)
-        cost = estimate_tokens(len(prompt), decision.cap_kind == "cjk")
+        cost = estimate_tokens(len(prompt), decision.cap_kind == "cjk", max_tokens=plan.answer_sampling.max_tokens)
         result = await plan.model.call(request, plan.answer_replicate, cost)
         self._check_storage(plan.model)
         self.counters.record_call("model", result)
@@ -311,7 +311,8 @@ class _Run:
     async def judge(self, judge: Endpoint, task: Task, response: str) -> JudgmentRecord:
         prompt = judge_prompt(task.question_text, task.rubric, response)
         request = judge.provider.build_request(prompt, self.plan.judge_sampling)
-        result = await judge.call(request, self.plan.judge_replicate, estimate_tokens(len(prompt), False))
+        cost = estimate_tokens(len(prompt), False, max_tokens=self.plan.judge_sampling.max_tokens)
+        result = await judge.call(request, self.plan.judge_replicate, cost)
         self._check_storage(judge)
         self.counters.record_call(judge.label, result)
         return judgment_record(task, judge.label, prompt, result)

@@ -2,30 +2,106 @@
 
 Only transient conditions are retried; a refusal or an empty answer is a real outcome
 and is never retried ("no retries on content").
+
+Everything here is pure (no socket, no clock unless one is passed): ``retry_hint`` reads
+how long the server asks us to wait, ``classify`` says whether a failed attempt is worth
+another (``RETRY``), can never succeed until someone pays or waits a day (``QUOTA``), or is
+final (``FAIL``), and ``temperature_rejected`` recognises the 400 a model gives when it
+does not take a temperature. Bytes from outside are read within fixed bounds and never
+make these functions raise.
 """
 
 from __future__ import annotations
 
 import datetime
 import email.utils
+import itertools
 import math
 import random
+import re
 import time
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, fields
+from typing import Any
 
-#: Statuses a retry can cure: timeout, conflict, too early, rate limit, server trouble,
-#: and Anthropic's 529 overloaded.
+#: Statuses the current ``Endpoint.call`` retries (kept for it until it calls ``classify``,
+#: which also retries every other 5xx such as a CDN's 520–524).
 TRANSIENT_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
+
+#: ``classify`` results.
+OK = "ok"  # a 2xx: nothing to retry
+RETRY = "retry"  # transient: try again after ``retry_hint`` or backoff
+QUOTA = "quota"  # a quota, spend limit or billing stop: no retry can cure it today
+FAIL = "fail"  # final: the request itself is wrong (4xx), or the server said not to retry
+
+#: 4xx statuses a retry can cure: request timeout, conflict/lock, too early, rate limit.
+RETRY_4XX = frozenset({408, 409, 425, 429})
+
+#: A server's wait longer than this (a day) is taken as garbage, not as an instruction.
+MAX_HINT_S = 86_400.0
+
+#: At most this many characters of an error body are examined (bodies are hostile input).
+TEXT_BUDGET = 65_536
+
+#: Substrings (lower case) of an error body that mean "no retry will work": OpenAI's
+#: ``insufficient_quota`` (code or type), Moonshot/Kimi's ``exceeded_current_quota_error``,
+#: Anthropic's credit, spend-limit and long-context billing messages and its
+#: ``enforced_spend_limit_reached`` / ``billing_error``, DeepSeek's 402 "Insufficient Balance",
+#: DashScope's ``Arrearage``.
+QUOTA_MARKERS = (
+    "insufficient_quota",
+    "exceeded_current_quota_error",
+    "credit balance is too low",
+    "reached your specified api usage limits",
+    "enforced_spend_limit_reached",
+    "billing_error",
+    "extra usage is required",
+    "insufficient balance",
+    "arrearage",
+)
+
+#: Gemini's per-day quotas (quotaId ``…PerDay…``, old-style "per day" limits) and a tier
+#: with no allowance at all ("limit: 0") only reset the next day, whatever RetryInfo says.
+_GEMINI_DAILY = re.compile(r"perday|per day|per_day|limit: 0(?![\d.])")
+
+#: How each provider says "this model takes no temperature" (body text, quotes and
+#: backticks removed, lower case). OpenAI: "Unsupported value: 'temperature' does not support
+#: 0.1 with this model…" / "Unsupported parameter: 'temperature' is not supported with this
+#: model."; Kimi: "invalid temperature: only 1 is allowed for this model" (0.6 for others);
+#: Anthropic: "`temperature` is deprecated for this model.", "`temperature` may only be set
+#: to 1 when thinking is enabled…", "temperature is not supported when thinking is enabled";
+#: Gemini (a field the route does not know): 'Unknown name "temperature"'.
+_TEMPERATURE_REJECTED = re.compile(
+    r"unsupported (?:value|parameter): temperature"
+    r"|temperature (?:is|does) not support"
+    r"|temperature is deprecated"
+    r"|temperature may only be set to"
+    r"|invalid temperature: only"
+    r"|unknown name temperature"
+)
+_QUOTES = str.maketrans("", "", "`'\"\\")
+
+_DURATION = re.compile(r"(\d{1,12})(?:\.(\d{1,9}))?s")  # google.protobuf.Duration JSON: "13s", "0.250s"
+_RETRY_INFO = "type.googleapis.com/google.rpc.RetryInfo"
 
 
 @dataclass(frozen=True)
 class RetryPolicy:
     """``max_retries`` retries after the first attempt (6 attempts at most by default)."""
 
-    max_retries: int = 5
-    backoff_base_s: float = 1.0
-    backoff_max_s: float = 60.0
-    retry_after_max_s: float = 300.0
+    max_retries: int = 5  #: retries after the first attempt (the spec: 5)
+    backoff_base_s: float = 1.0  #: the first backoff ceiling; doubles each retry
+    backoff_max_s: float = 60.0  #: the largest backoff ceiling
+    retry_after_max_s: float = 300.0  #: a server's wait is honoured up to this many seconds
+
+    def __post_init__(self) -> None:
+        """Reject values that would hang or break the loop, naming the field."""
+        if isinstance(self.max_retries, bool) or not isinstance(self.max_retries, int) or self.max_retries < 0:
+            raise ValueError(f"retry.max_retries must be an integer >= 0, got {self.max_retries!r}")
+        for f in fields(self)[1:]:
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"retry.{f.name} must be a finite number >= 0, got {value!r}")
 
     def delay(self, retry_number: int, retry_after: float | None, rng: random.Random) -> float:
         """Seconds before retry ``retry_number`` (1-based).
@@ -59,16 +135,198 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
-RETRY, QUOTA, FAIL = "retry", "quota", "fail"  # STUB
+# --------------------------------------------------------------------------------------
+# Reading hostile headers and bodies
+# --------------------------------------------------------------------------------------
 
 
-def classify(status, headers, payload):  # STUB
-    return RETRY if status in TRANSIENT_STATUS else FAIL
+def lower_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """A plain dict with lower-cased names (HTTP names are case-insensitive); bad entries dropped."""
+    out: dict[str, str] = {}
+    try:
+        for name, value in headers.items():
+            if isinstance(name, str) and isinstance(value, str):
+                out[name.lower()] = value
+    except Exception:  # noqa: BLE001 - a broken mapping is read as "no headers"
+        return {}
+    return out
 
 
-def retry_hint(headers, payload, now=None):  # STUB
-    return parse_retry_after(headers.get("retry-after"), now)
+def _plausible(seconds: float) -> float | None:
+    return seconds if math.isfinite(seconds) and 0.0 <= seconds <= MAX_HINT_S else None
 
 
-def temperature_rejected(status, payload):  # STUB
-    return status == 400 and "temperature" in str(payload).lower()
+def _number(value: str | None) -> float | None:
+    """A plain decimal number (no sign games, no underscores, bounded length) or None."""
+    if value is None:
+        return None
+    value = value.strip()
+    if not 0 < len(value) <= 32 or not re.fullmatch(r"\d+(?:\.\d+)?", value):
+        return None
+    return float(value)
+
+
+def _seconds_header(value: str | None, now: float | None) -> float | None:
+    """Retry-After: delta-seconds (fractions allowed, as the SDKs do) or an HTTP date."""
+    if value is None or len(value) > 64:
+        return None
+    seconds = _number(value)
+    if seconds is not None:
+        return _plausible(seconds)
+    if value.strip()[:1] in ("-", "+") or not any(c.isalpha() for c in value):
+        return None  # a negative or signed number, not a date
+    delay = parse_retry_after(value, now)
+    return None if delay is None else _plausible(delay)
+
+
+def _ms_header(value: str | None) -> float | None:
+    ms = _number(value)
+    return None if ms is None else _plausible(ms / 1000.0)
+
+
+def parse_duration(value: Any) -> float | None:
+    """A protobuf Duration string ("13s", "1.5s", "0.250s") as seconds; None if malformed."""
+    if not isinstance(value, str) or len(value) > 32:
+        return None
+    match = _DURATION.fullmatch(value.strip())
+    if match is None:
+        return None
+    return _plausible(int(match.group(1)) + float("0." + (match.group(2) or "0")))
+
+
+def _error_objects(payload: Any) -> Iterator[Mapping[str, Any]]:
+    """The ``error`` objects of a body: ``{"error": …}`` or a list of them (Gemini streams)."""
+    items = payload if isinstance(payload, list) else [payload]
+    for item in items[:8]:
+        if isinstance(item, Mapping) and isinstance(item.get("error"), Mapping):
+            yield item["error"]
+
+
+def _gemini_retry_delay(payload: Any) -> float | None:
+    for error in _error_objects(payload):
+        details = error.get("details")
+        if not isinstance(details, list):
+            continue
+        for detail in details[:32]:
+            if isinstance(detail, Mapping) and detail.get("@type") == _RETRY_INFO:
+                delay = parse_duration(detail.get("retryDelay"))
+                if delay is not None:
+                    return delay
+    return None
+
+
+def retry_hint(headers: Mapping[str, str], payload: Any, now: float | None = None) -> float | None:
+    """Seconds to wait before the next attempt, as the server says; None if it says nothing usable.
+
+    Precedence (first readable wins; milliseconds before seconds, as the official SDKs read them;
+    the hop we talk to before what a gateway relays from upstream; headers before the body):
+    ``retry-after-ms``, ``retry-after`` (seconds or an HTTP date, ``now`` = epoch seconds),
+    ``llm_provider-retry-after-ms``, ``llm_provider-retry-after`` (LiteLLM's relay of upstream
+    headers), then Gemini's ``error.details[]`` RetryInfo ``retryDelay``. Non-finite,
+    negative, longer than a day and malformed values are skipped.
+    """
+    h = lower_headers(headers)
+    for hint in (
+        lambda: _ms_header(h.get("retry-after-ms")),
+        lambda: _seconds_header(h.get("retry-after"), now),
+        lambda: _ms_header(h.get("llm_provider-retry-after-ms")),
+        lambda: _seconds_header(h.get("llm_provider-retry-after"), now),
+        lambda: _gemini_retry_delay(payload),
+    ):
+        seconds = hint()
+        if seconds is not None:
+            return seconds
+    return None
+
+
+def error_text(payload: Any, budget: int = TEXT_BUDGET) -> str:
+    """Every string in a body (keys and values), lower case, joined, at most ``budget`` characters.
+
+    Walks iteratively with a node bound, so any nesting or size is read in bounded time;
+    gateways that wrap an upstream error as a JSON string inside a message are covered too.
+    """
+    parts: list[str] = []
+    used = 0
+    stack: list[Any] = [payload]
+    nodes = 0
+    while stack and used < budget and nodes < 20_000:
+        item = stack.pop()
+        nodes += 1
+        if isinstance(item, str):
+            piece = item[: budget - used]
+            parts.append(piece)
+            used += len(piece) + 1
+        elif isinstance(item, Mapping):
+            for key, value in itertools.islice(item.items(), 256):
+                stack.append(value)
+                stack.append(key)
+        elif isinstance(item, (list, tuple)):
+            stack.extend(reversed(item[:256]))
+    return " ".join(parts).lower()
+
+
+# --------------------------------------------------------------------------------------
+# Classes of failure
+# --------------------------------------------------------------------------------------
+
+
+def is_quota(status: int | None, payload: Any) -> bool:
+    """A quota, spend-limit or billing refusal: no retry within a run will get through."""
+    if status == 402:  # Payment Required: DeepSeek's balance, Anthropic's billing_error
+        return True
+    if status not in (400, 403, 429):
+        return False
+    text = error_text(payload)
+    if any(marker in text for marker in QUOTA_MARKERS):
+        return True
+    return "resource_exhausted" in text and _GEMINI_DAILY.search(text) is not None
+
+
+def is_too_large_for_rate_limit(status: int | None, payload: Any) -> bool:
+    """OpenAI's (and Groq's) 429 "Request too large for … on tokens per min (TPM): Limit 30000,
+    Requested 850000": one request above the whole per-minute budget never gets through."""
+    return status == 429 and "request too large for" in error_text(payload)
+
+
+def _should_retry_header(headers: Mapping[str, str]) -> bool | None:
+    value = lower_headers(headers).get("x-should-retry", "").strip().lower()
+    return {"true": True, "false": False}.get(value)
+
+
+def classify(status: int | None, headers: Mapping[str, str], payload: Any) -> str:
+    """``OK``, ``RETRY``, ``QUOTA`` or ``FAIL`` for one attempt's outcome.
+
+    No status (a timeout or transport error) retries. A quota or spend-limit refusal is
+    ``QUOTA`` whatever the headers say; a 429 for one request larger than the whole
+    tokens-per-minute budget is ``FAIL`` (waiting cannot shrink it). Otherwise ``x-should-retry: true|false`` decides, as
+    in the official OpenAI and Anthropic SDKs; without it 408, 409, 425, 429 and every 5xx
+    (CDNs answer 520–524, Anthropic 529) retry and everything else fails.
+    """
+    if status is None:
+        return RETRY
+    if 200 <= status < 300:
+        return OK
+    if is_quota(status, payload):
+        return QUOTA
+    if is_too_large_for_rate_limit(status, payload):
+        return FAIL
+    told = _should_retry_header(headers)
+    if told is not None:
+        return RETRY if told else FAIL
+    return RETRY if status in RETRY_4XX or 500 <= status < 600 else FAIL
+
+
+def temperature_rejected(status: int, payload: Any) -> bool:
+    """True for a 400 (or a gateway's 422) saying this model takes no (such) temperature.
+
+    OpenAI's ``param: temperature`` with code ``unsupported_value`` / ``unsupported_parameter``,
+    or any provider's wording (see ``_TEMPERATURE_REJECTED``), also when a gateway wraps the
+    upstream body in its own message. A temperature out of range ("must be between 0 and 2")
+    is not a rejection: the config is wrong and is reported, not silently changed.
+    """
+    if status not in (400, 422):
+        return False
+    for error in _error_objects(payload):
+        if error.get("param") == "temperature" and error.get("code") in ("unsupported_value", "unsupported_parameter"):
+            return True
+    return _TEMPERATURE_REJECTED.search(error_text(payload).translate(_QUOTES)) is not None
