@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -9,8 +13,12 @@ from hydra.errors import ConfigCompositionException
 from omegaconf.errors import OmegaConfBaseException
 
 from conftest import compose_config
-from wildtrace.app import CONF_DIR
-from wildtrace.config import ConfigError, DecodingConfig, ModelConfig, effective_max_tokens, to_settings
+from loopback import LoopbackServer, chat
+from wildtrace.app import CONF_DIR, prepare
+from wildtrace.config import (
+    ConfigError, DecodingConfig, JudgeConfig, ModelConfig, WildtraceConfig, effective_max_tokens, to_settings,
+)
+from wildtrace.config_check import check_known_keys, describe, model_identity, spec_warnings, unknown_keys
 
 # Spec §3, copied from the table: model → (en cap, cjk cap).
 SPEC_CAPS = {
@@ -148,3 +156,144 @@ def test_ablation_panels_reuse_the_paper_judges(judge):
     assert list(only) == [judge] and only[judge] == paper[judge]  # same endpoint → same cache keys
     assert set(without) == set(paper) - {judge}
     assert all(without[k] == paper[k] for k in without)
+
+
+# ---------------------------------------------------------------------------------------------
+# Unknown keys, also when added with `+` (wildtrace.config_check), and the spec's warnings.
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize(
+    "overrides, unknown, message",
+    [
+        (["+decoding.temprature=0.3"], ["decoding.temprature"],
+         "unknown config key: decoding.temprature (did you mean decoding.temperature?)"),
+        (["+temprature=0.3"], ["temprature"], "temprature (valid keys there: model, decoding,"),
+        (["+stge=judge"], ["stge"], "stge (did you mean stage?)"),
+        (["+model.caps.enn=5"], ["model.caps.enn"], "model.caps.enn (did you mean model.caps.en?)"),
+        (["+model.reasonning=true"], ["model.reasonning"], "model.reasonning (did you mean model.reasoning?)"),
+        (["judge_panel=paper", "+judge_panel.judges.qwen.rout=x"], ["judge_panel.judges.qwen.rout"],
+         "judge_panel.judges.qwen.rout (did you mean judge_panel.judges.qwen.route?)"),
+        (["+judge_panel.max_token=9"], ["judge_panel.max_token"],
+         "judge_panel.max_token (did you mean judge_panel.max_tokens?)"),
+        (["+retry.max_retry=1", "+cache.dirr=/tmp"], ["retry.max_retry", "cache.dirr"],
+         "unknown config keys: retry.max_retry (did you mean retry.max_retries?); cache.dirr (did you mean cache.dir?)"),
+    ],
+)
+def test_plus_typos_fail_naming_the_key_and_the_nearest_valid_one(overrides, unknown, message):
+    """Hydra accepts these `+` additions; the check rejects every one, at every depth."""
+    cfg = compose_config(overrides)
+    assert unknown_keys(cfg) == unknown
+    with pytest.raises(ConfigError) as info:
+        prepare(cfg)
+    assert message in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        [],
+        ["judge_panel=paper"],
+        ["+judge@judge_panel.judges.extra=lexical", "judge_panel.judges.extra.name=second"],  # a legit new judge
+        ["+model.extra_body.thinking.type=enabled", "+model.extra_body.reasoning_effort=high"],  # free-form level
+        ["judge_panel=paper", "+judge_panel.judges.qwen.extra_body.enable_thinking=false"],
+        ["decoding.temperature=0.3", "model=custom", "model.route=r"],
+    ],
+)
+def test_known_keys_and_free_form_levels_pass(overrides):
+    """Legit additions pass: a judge added from the judge group, extra_body's own keys."""
+    cfg = compose_config(overrides)
+    assert unknown_keys(cfg) == []
+    prepare(cfg)
+
+
+def test_a_new_judge_from_the_group_is_checked_against_the_judge_schema():
+    """The judge's key is free, its fields are not."""
+    cfg = compose_config(["+judge@judge_panel.judges.extra=lexical", "+judge_panel.judges.extra.timeout=5"])
+    assert unknown_keys(cfg) == ["judge_panel.judges.extra.timeout"]
+    assert "did you mean judge_panel.judges.extra.timeout_s?" in describe(
+        "judge_panel.judges.extra.timeout", tuple(f.name for f in dataclasses.fields(JudgeConfig)))
+
+
+def test_unknown_keys_on_plain_mappings_and_interpolations_left_alone():
+    """A plain dict walks the same; an unset ${oc.env:…} is never resolved by the check."""
+    node = {"model": {"name": "${oc.env:SURELY_UNSET_VAR_123}", "capz": {}}, "stage": "all"}
+    assert unknown_keys(node, WildtraceConfig) == ["model.capz"]
+    check_known_keys({"stage": "all"}, WildtraceConfig)
+
+
+@pytest.mark.slow
+def test_app_rejects_a_plus_typo_before_any_request(tmp_path):
+    """`python -m wildtrace +decoding.temprature=0.3` against a live endpoint: exit 2, no request, no run."""
+    with LoopbackServer(lambda call: chat("an answer")) as server:
+        cmd = [sys.executable, "-m", "wildtrace", "+decoding.temprature=0.3", "model=custom", "model.route=m",
+               f"model.base_url={server.url}/v1", "model.api_key_env=WT_TYPO_KEY", "progress=false"]
+        env = {**os.environ, "WT_TYPO_KEY": "k", "PYTHONPATH": str(ROOT)}
+        proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        assert server.calls == []
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "unknown config key: decoding.temprature (did you mean decoding.temperature?)" in proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+    assert not (tmp_path / "outputs" / "mlflow.db").exists()
+
+
+def _settings(overrides):
+    return to_settings(compose_config(overrides))
+
+
+@pytest.mark.parametrize(
+    "overrides, codes",
+    [
+        ([], []),  # the offline default
+        (["model=gpt-5.1"], []),  # reasoning, budget by rule: 32768
+        (["model=gpt-5.1", "decoding.max_tokens=8192"], ["reasoning_budget"]),
+        (["model=gpt-5.1", "decoding.max_tokens=32767"], ["reasoning_budget"]),
+        (["model=gpt-5.1", "decoding.max_tokens=32768"], []),
+        (["model=gpt-5.1", "decoding.max_tokens=8192", "stage=judge", "responses=r.json"], []),  # no answers made
+        (["model=gpt-4.1", "decoding.max_tokens=4096"], []),  # not a reasoning model
+        (["model=qwen3.5-plus", "judge_panel=paper"], ["judge_is_contestant"]),  # same route as judge qwen
+        (["model=qwen3.5-plus", "judge_panel=paper", "stage=answer"], []),  # no judging in this run
+        (["model=qwen3.5-plus", "judge_panel=paper_without_qwen"], []),
+        (["model=custom", "model.route=claude-sonnet-4-6", "judge_panel=paper"], ["judge_is_contestant"]),
+        (["model=custom", "model.route=anthropic/Claude-Sonnet-4-6-20260217", "judge_panel=paper"],
+         ["judge_is_contestant"]),
+        (["model=custom", "model.route=x", "model.name=Gemini-2.5-Flash", "judge_panel=paper"],
+         ["judge_is_contestant"]),  # same name
+        (["model=custom", "model.route=claude-sonnet-4-5", "judge_panel=paper"], []),  # another version
+        (["model=gemini-2.5-pro", "judge_panel=paper"], []),  # same family, not the same model
+        (["model=custom", "model.route=mr.claude-sonnet-4-6", "model.reasoning=true", "decoding.max_tokens=16000",
+          "judge_panel=paper"], ["reasoning_budget", "judge_is_contestant"]),
+    ],
+)
+def test_spec_warnings(overrides, codes):
+    """Table-driven: which of the spec's two warnings fire."""
+    warnings = spec_warnings(_settings(overrides))
+    assert [code for code, _ in warnings] == codes
+
+
+def test_spec_warning_messages():
+    """The messages name the model, the budget, the spec's figure and the judge."""
+    (code, budget), = spec_warnings(_settings(["model=gpt-5.1", "decoding.max_tokens=8192"]))
+    assert budget == ("model gpt-5.1 is a reasoning model (model.reasoning=true) given a budget of 8192 tokens: "
+                      "the spec (§2) asks for 32768; reasoning models truncated below this lose ~7pp")
+    (code, panel), = spec_warnings(_settings(["model=qwen3.5-plus", "judge_panel=paper"]))
+    assert panel == ("model qwen3.5-plus (route qwen3.5-plus) is also judge qwen (route qwen3.5-plus): "
+                     "the spec's judges (§4) are not on the leaderboard")
+
+
+@pytest.mark.parametrize(
+    "text, identity",
+    [
+        ("mr.claude-sonnet-4-6-20260217", "claude-sonnet-4-6"),
+        ("Claude-Sonnet-4-6", "claude-sonnet-4-6"),
+        ("anthropic/claude-sonnet-4-6@20260217", "claude-sonnet-4-6"),
+        ("gpt-4.1-2025-04-14", "gpt-4.1"),
+        ("qwen3.5-plus", "qwen3.5-plus"),  # a version dot is not a gateway prefix
+        ("gemini-2.5-flash", "gemini-2.5-flash"),
+        ("  ", ""),
+        (None, ""),
+    ],
+)
+def test_model_identity(text, identity):
+    assert model_identity(text) == identity
