@@ -98,6 +98,10 @@ def test_wheel_carries_conf_and_runs_the_default_job_from_another_folder(tmp_pat
     proc = subprocess.run([str(script), "mlflow.enabled=false", "progress=false", "dataset.limit=2"], cwd=elsewhere,
                           env=clean_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and "of 2" in proc.stdout, proc.stderr
+    for name in ("wildtrace-eval", "wildtrace-judge"):  # the paper's two steps are installed too
+        proc = subprocess.run([str(tmp_path / "venv" / "bin" / name), "--help"], cwd=elsewhere, env=clean_env(),
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0 and "--config" in proc.stdout and "--out" in proc.stdout, proc.stderr
 
 
 @pytest.mark.slow
