@@ -297,3 +297,47 @@ def test_spec_warning_messages():
 )
 def test_model_identity(text, identity):
     assert model_identity(text) == identity
+
+
+# ---------------------------------------------------------------------------------------------
+# The entry point's logging: process messages to stderr and app.log, the headline printed and logged.
+
+def test_console_handler_moves_to_stderr_and_skips_the_headline(tmp_path):
+    """Hydra's console handler (stdout) is pointed at stderr; the file handler is left alone."""
+    import io
+    import logging
+
+    from wildtrace.app import HEADLINE_LOG, route_console_to_stderr
+
+    root = logging.Logger("test-root")
+    console, file_handler = logging.StreamHandler(sys.stdout), logging.FileHandler(tmp_path / "app.log")
+    root.addHandler(console)
+    root.addHandler(file_handler)
+    route_console_to_stderr(root)
+    route_console_to_stderr(root)  # idempotent: one filter
+    assert console.stream is sys.stderr and len(console.filters) == 1
+    assert file_handler.stream.name == str(tmp_path / "app.log")
+    console.setStream(io.StringIO())
+    for name in ("wildtrace", HEADLINE_LOG):
+        root.handle(logging.LogRecord(name, logging.INFO, __file__, 1, f"from {name}", None, None))
+    file_handler.close()
+    assert console.stream.getvalue() == "from wildtrace\n"
+    assert (tmp_path / "app.log").read_text() == f"from wildtrace\nfrom {HEADLINE_LOG}\n"
+
+
+@pytest.mark.slow
+def test_stdout_is_the_headline_and_app_log_ends_with_it(tmp_path):
+    """Piped: stdout holds only the headline; the job log holds it as its last record."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "WILDTRACE_"))}
+    env["PYTHONPATH"] = str(ROOT)
+    proc = subprocess.run([sys.executable, "-m", "wildtrace", "mlflow.enabled=false", "dataset.limit=2"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["wildtrace 0.1.0", "overall (All view)",
+                                                       "scored 2 · unscored 0 · failed 0 · out of context 0 · "
+                                                       "missing 0 · of 2", "run dir"]
+    run_dir = Path(lines[-1].removeprefix("run dir: "))
+    log_text = (run_dir / "app.log").read_text()
+    assert "[wildtrace.headline][INFO] - " + "\n".join(lines) in log_text
+    assert log_text.rstrip().endswith(lines[-1])
