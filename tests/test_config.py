@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -9,8 +13,12 @@ from hydra.errors import ConfigCompositionException
 from omegaconf.errors import OmegaConfBaseException
 
 from conftest import compose_config
-from wildtrace.app import CONF_DIR
-from wildtrace.config import ConfigError, DecodingConfig, ModelConfig, effective_max_tokens, to_settings
+from loopback import LoopbackServer, chat
+from wildtrace.app import CONF_DIR, prepare
+from wildtrace.config import (
+    ConfigError, DecodingConfig, JudgeConfig, ModelConfig, WildtraceConfig, effective_max_tokens, to_settings,
+)
+from wildtrace.config_check import check_known_keys, describe, model_identity, spec_warnings, unknown_keys
 
 # Spec §3, copied from the table: model → (en cap, cjk cap).
 SPEC_CAPS = {
@@ -198,3 +206,188 @@ def test_gateway_access_points_every_endpoint_at_one_url_and_key(monkeypatch):
 def test_gateway_access_leaves_offline_endpoints_alone():
     cfg = to_settings(compose_config(["access=gateway", "gateway.base_url=http://gw.example.test/v1"]))
     assert (cfg.model.provider, cfg.judge_panel.judges["lexical"].provider) == ("offline", "offline")
+
+
+# ---------------------------------------------------------------------------------------------
+# Unknown keys, also when added with `+` (wildtrace.config_check), and the spec's warnings.
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize(
+    "overrides, unknown, message",
+    [
+        (["+decoding.temprature=0.3"], ["decoding.temprature"],
+         "unknown config key: decoding.temprature (did you mean decoding.temperature?)"),
+        (["+temprature=0.3"], ["temprature"], "temprature (valid keys there: model, decoding,"),
+        (["+stge=judge"], ["stge"], "stge (did you mean stage?)"),
+        (["+model.caps.enn=5"], ["model.caps.enn"], "model.caps.enn (did you mean model.caps.en?)"),
+        (["+model.reasonning=true"], ["model.reasonning"], "model.reasonning (did you mean model.reasoning?)"),
+        (["judge_panel=paper", "+judge_panel.judges.qwen.rout=x"], ["judge_panel.judges.qwen.rout"],
+         "judge_panel.judges.qwen.rout (did you mean judge_panel.judges.qwen.route?)"),
+        (["+judge_panel.max_token=9"], ["judge_panel.max_token"],
+         "judge_panel.max_token (did you mean judge_panel.max_tokens?)"),
+        (["+retry.max_retry=1", "+cache.dirr=/tmp"], ["retry.max_retry", "cache.dirr"],
+         "unknown config keys: retry.max_retry (did you mean retry.max_retries?); cache.dirr (did you mean cache.dir?)"),
+    ],
+)
+def test_plus_typos_fail_naming_the_key_and_the_nearest_valid_one(overrides, unknown, message):
+    """Hydra accepts these `+` additions; the check rejects every one, at every depth."""
+    cfg = compose_config(overrides)
+    assert unknown_keys(cfg) == unknown
+    with pytest.raises(ConfigError) as info:
+        prepare(cfg)
+    assert message in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        [],
+        ["judge_panel=paper"],
+        ["+judge@judge_panel.judges.extra=lexical", "judge_panel.judges.extra.name=second"],  # a legit new judge
+        ["+model.extra_body.thinking.type=enabled", "+model.extra_body.reasoning_effort=high"],  # free-form level
+        ["judge_panel=paper", "+judge_panel.judges.qwen.extra_body.enable_thinking=false"],
+        ["decoding.temperature=0.3", "model=custom", "model.route=r"],
+    ],
+)
+def test_known_keys_and_free_form_levels_pass(overrides):
+    """Legit additions pass: a judge added from the judge group, extra_body's own keys."""
+    cfg = compose_config(overrides)
+    assert unknown_keys(cfg) == []
+    prepare(cfg)
+
+
+def test_a_new_judge_from_the_group_is_checked_against_the_judge_schema():
+    """The judge's key is free, its fields are not."""
+    cfg = compose_config(["+judge@judge_panel.judges.extra=lexical", "+judge_panel.judges.extra.timeout=5"])
+    assert unknown_keys(cfg) == ["judge_panel.judges.extra.timeout"]
+    assert "did you mean judge_panel.judges.extra.timeout_s?" in describe(
+        "judge_panel.judges.extra.timeout", tuple(f.name for f in dataclasses.fields(JudgeConfig)))
+
+
+def test_unknown_keys_on_plain_mappings_and_interpolations_left_alone():
+    """A plain dict walks the same; an unset ${oc.env:…} is never resolved by the check."""
+    node = {"model": {"name": "${oc.env:SURELY_UNSET_VAR_123}", "capz": {}}, "stage": "all"}
+    assert unknown_keys(node, WildtraceConfig) == ["model.capz"]
+    check_known_keys({"stage": "all"}, WildtraceConfig)
+
+
+@pytest.mark.slow
+def test_app_rejects_a_plus_typo_before_any_request(tmp_path):
+    """`python -m wildtrace +decoding.temprature=0.3` against a live endpoint: exit 2, no request, no run."""
+    with LoopbackServer(lambda call: chat("an answer")) as server:
+        cmd = [sys.executable, "-m", "wildtrace", "+decoding.temprature=0.3", "model=custom", "model.route=m",
+               f"model.base_url={server.url}/v1", "model.api_key_env=WT_TYPO_KEY", "progress=false"]
+        env = {**os.environ, "WT_TYPO_KEY": "k", "PYTHONPATH": str(ROOT)}
+        proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        assert server.calls == []
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "unknown config key: decoding.temprature (did you mean decoding.temperature?)" in proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+    assert not (tmp_path / "outputs" / "mlflow.db").exists()
+
+
+def _settings(overrides):
+    return to_settings(compose_config(overrides))
+
+
+@pytest.mark.parametrize(
+    "overrides, codes",
+    [
+        ([], []),  # the offline default
+        (["model=gpt-5.1"], []),  # reasoning, budget by rule: 32768
+        (["model=gpt-5.1", "decoding.max_tokens=8192"], ["reasoning_budget"]),
+        (["model=gpt-5.1", "decoding.max_tokens=32767"], ["reasoning_budget"]),
+        (["model=gpt-5.1", "decoding.max_tokens=32768"], []),
+        (["model=gpt-5.1", "decoding.max_tokens=8192", "stage=judge", "responses=r.json"], []),  # no answers made
+        (["model=gpt-4.1", "decoding.max_tokens=4096"], []),  # not a reasoning model
+        (["model=qwen3.5-plus", "judge_panel=paper"], ["judge_is_contestant"]),  # same route as judge qwen
+        (["model=qwen3.5-plus", "judge_panel=paper", "stage=answer"], []),  # no judging in this run
+        (["model=qwen3.5-plus", "judge_panel=paper_without_qwen"], []),
+        (["model=custom", "model.route=claude-sonnet-4-6", "judge_panel=paper"], ["judge_is_contestant"]),
+        (["model=custom", "model.route=anthropic/Claude-Sonnet-4-6-20260217", "judge_panel=paper"],
+         ["judge_is_contestant"]),
+        (["model=custom", "model.route=x", "model.name=Gemini-2.5-Flash", "judge_panel=paper"],
+         ["judge_is_contestant"]),  # same name
+        (["model=custom", "model.route=claude-sonnet-4-5", "judge_panel=paper"], []),  # another version
+        (["model=gemini-2.5-pro", "judge_panel=paper"], []),  # same family, not the same model
+        (["model=custom", "model.route=mr.claude-sonnet-4-6", "model.reasoning=true", "decoding.max_tokens=16000",
+          "judge_panel=paper"], ["reasoning_budget", "judge_is_contestant"]),
+    ],
+)
+def test_spec_warnings(overrides, codes):
+    """Table-driven: which of the spec's two warnings fire."""
+    warnings = spec_warnings(_settings(overrides))
+    assert [code for code, _ in warnings] == codes
+
+
+def test_spec_warning_messages():
+    """The messages name the model, the budget, the spec's figure and the judge."""
+    (code, budget), = spec_warnings(_settings(["model=gpt-5.1", "decoding.max_tokens=8192"]))
+    assert budget == ("model gpt-5.1 is a reasoning model (model.reasoning=true) given a budget of 8192 tokens: "
+                      "the spec (§2) asks for 32768; reasoning models truncated below this lose ~7pp")
+    (code, panel), = spec_warnings(_settings(["model=qwen3.5-plus", "judge_panel=paper"]))
+    assert panel == ("model qwen3.5-plus (route qwen3.5-plus) is also judge qwen (route qwen3.5-plus): "
+                     "the spec's judges (§4) are not on the leaderboard")
+
+
+@pytest.mark.parametrize(
+    "text, identity",
+    [
+        ("mr.claude-sonnet-4-6-20260217", "claude-sonnet-4-6"),
+        ("Claude-Sonnet-4-6", "claude-sonnet-4-6"),
+        ("anthropic/claude-sonnet-4-6@20260217", "claude-sonnet-4-6"),
+        ("gpt-4.1-2025-04-14", "gpt-4.1"),
+        ("qwen3.5-plus", "qwen3.5-plus"),  # a version dot is not a gateway prefix
+        ("gemini-2.5-flash", "gemini-2.5-flash"),
+        ("  ", ""),
+        (None, ""),
+    ],
+)
+def test_model_identity(text, identity):
+    assert model_identity(text) == identity
+
+
+# ---------------------------------------------------------------------------------------------
+# The entry point's logging: process messages to stderr and app.log, the headline printed and logged.
+
+def test_console_handler_moves_to_stderr_and_skips_the_headline(tmp_path):
+    """Hydra's console handler (stdout) is pointed at stderr; the file handler is left alone."""
+    import io
+    import logging
+
+    from wildtrace.app import HEADLINE_LOG, route_console_to_stderr
+
+    root = logging.Logger("test-root")
+    console, file_handler = logging.StreamHandler(sys.stdout), logging.FileHandler(tmp_path / "app.log")
+    root.addHandler(console)
+    root.addHandler(file_handler)
+    route_console_to_stderr(root)
+    route_console_to_stderr(root)  # idempotent: one filter
+    assert console.stream is sys.stderr and len(console.filters) == 1
+    assert file_handler.stream.name == str(tmp_path / "app.log")
+    console.setStream(io.StringIO())
+    for name in ("wildtrace", HEADLINE_LOG):
+        root.handle(logging.LogRecord(name, logging.INFO, __file__, 1, f"from {name}", None, None))
+    file_handler.close()
+    assert console.stream.getvalue() == "from wildtrace\n"
+    assert (tmp_path / "app.log").read_text() == f"from wildtrace\nfrom {HEADLINE_LOG}\n"
+
+
+@pytest.mark.slow
+def test_stdout_is_the_headline_and_app_log_ends_with_it(tmp_path):
+    """Piped: stdout holds only the headline; the job log holds it as its last record."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "WILDTRACE_"))}
+    env["PYTHONPATH"] = str(ROOT)
+    proc = subprocess.run([sys.executable, "-m", "wildtrace", "mlflow.enabled=false", "dataset.limit=2"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["wildtrace 0.1.0", "overall (All view)",
+                                                       "scored 2 · unscored 0 · failed 0 · out of context 0 · "
+                                                       "missing 0 · of 2", "run dir"]
+    run_dir = Path(lines[-1].removeprefix("run dir: "))
+    log_text = (run_dir / "app.log").read_text()
+    assert "[wildtrace.headline][INFO] - " + "\n".join(lines) in log_text
+    assert log_text.rstrip().endswith(lines[-1])

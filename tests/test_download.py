@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import socket
 import subprocess
 import sys
@@ -83,6 +84,10 @@ class HubServer(ThreadingHTTPServer):
         self.files = {p.relative_to(release).as_posix(): p.read_bytes()
                       for p in sorted(release.rglob("*")) if p.is_file()}
         self.requests: list[tuple[str, str]] = []
+        #: None (public), "private" (a token is needed), "gated" (files need granted access), "down" (500s).
+        self.mode: str | None = None
+        #: The one token "private" mode accepts.
+        self.good_token = "hf_good" + "x" * 30
 
     @property
     def url(self) -> str:
@@ -122,6 +127,8 @@ class HubHandler(BaseHTTPRequestHandler):
         self.server.requests.append((self.command, path))
         if path == "/api/agent-harnesses":
             return self._send(200, json.dumps(EMPTY_REGISTRY).encode(), {}, send_body)
+        if self._refused(path, send_body):
+            return None
         if m := re.fullmatch(rf"/api/datasets/{REPO}/revision/([^/]+)", path):
             return self._revision(m.group(1), send_body)
         if m := re.fullmatch(rf"/api/datasets/{REPO}/tree/([^/]+)", path):
@@ -130,6 +137,38 @@ class HubHandler(BaseHTTPRequestHandler):
         if m := re.fullmatch(rf"/datasets/{REPO}/resolve/([^/]+)/(.+)", path):
             return self._known_rev(m.group(1), send_body) and self._file(m.group(2), send_body)
         self._send(404, b'{"error":"Repository not found"}', {"X-Error-Code": "RepoNotFound"}, send_body)
+
+    def _refused(self, path: str, send_body: bool) -> bool:
+        """Answer as the Hub does for a private or gated repo, or when it is down; False to serve normally."""
+        mode, auth = self.server.mode, self.headers.get("Authorization", "")
+        request_id = {"X-Request-Id": "Root=1-6756a1b2-0c1d2e3f4a5b6c7d8e9f0a1b"}
+        if mode == "down":
+            self._send(500, b'{"error":"Internal Error - We\'re working hard to fix this as soon as possible!"}',
+                       request_id, send_body)
+        elif mode == "private" and auth != f"Bearer {self.server.good_token}":
+            if auth:  # a token the Hub does not know; real providers echo it back, so this double does too
+                body = {"error": "Invalid credentials in Authorization header",
+                        "error_description": f"the token {auth.removeprefix('Bearer ')} is not valid"}
+                self._send(401, json.dumps(body).encode(),
+                           {**request_id, "X-Error-Message": "Invalid credentials in Authorization header"}, send_body)
+            else:
+                self._send(401, b'{"error":"Repository not found"}',
+                           {**request_id, "X-Error-Code": "RepoNotFound", "X-Error-Message": "Repository not found"},
+                           send_body)
+        elif mode == "gated" and "/resolve/" in path:  # the repo's metadata is public, its files are not
+            if auth:
+                message = (f"Access to dataset {REPO} is restricted and you are not in the authorized list. "
+                           f"Visit https://huggingface.co/datasets/{REPO} to ask for access.")
+                status = 403
+            else:
+                message = (f"Access to dataset {REPO} is restricted. You must have access to it and be "
+                           "authenticated to access it. Please log in.")
+                status = 401
+            self._send(status, json.dumps({"error": message}).encode(),
+                       {**request_id, "X-Error-Code": "GatedRepo", "X-Error-Message": message}, send_body)
+        else:
+            return False
+        return True
 
     def _known_rev(self, rev: str, send_body: bool) -> bool:
         """True for main or the commit; otherwise answer the Hub's RevisionNotFound 404."""
@@ -207,11 +246,13 @@ def assert_instructions(stderr: str, dest: Path) -> None:
     """The single failure message: names repo, dest, the files needed, both fetch commands and the env var."""
     assert "Traceback" not in stderr
     assert stderr.count("wildtrace-download:") == 1
-    for needle in (REPO, str(dest), download.TASKS_FILE, "corpus/", "WILDTRACE_DATA_DIR",
-                   "python -m wildtrace.download", f"huggingface-cli download {REPO} --repo-type dataset"):
+    for needle in (REPO, str(dest), download.TASKS_FILE, "corpus/", "WILDTRACE_DATA_DIR", "  why: ", "  fix: ",
+                   "python -m wildtrace.download", f"hf download {REPO} --repo-type dataset"):
         assert needle in stderr, needle
+    assert "huggingface-cli" not in stderr  # current huggingface_hub no longer installs it
 
 
+@pytest.mark.slow
 def test_download_lands_release_byte_identical(hub, tmp_path: Path) -> None:
     """Default dest is ./outputs/datasets/wildtrace; allowed files arrive byte for byte; the summary is printed."""
     release = build_release(tmp_path / "release")
@@ -241,6 +282,7 @@ def test_download_lands_release_byte_identical(hub, tmp_path: Path) -> None:
     assert not any("xet" in p.lower() for _, p in server.requests)
 
 
+@pytest.mark.slow
 def test_unreachable_endpoint_exits_2_with_instructions(tmp_path: Path) -> None:
     """Connection refused: exit 2, one message, no traceback, nothing pretending to be a release."""
     dest = tmp_path / "wt"
@@ -250,6 +292,7 @@ def test_unreachable_endpoint_exits_2_with_instructions(tmp_path: Path) -> None:
     assert not (dest / download.TASKS_FILE).exists()
 
 
+@pytest.mark.slow
 def test_offline_mode_exits_2_without_touching_the_network(hub, tmp_path: Path) -> None:
     """HF_HUB_OFFLINE=1 with nothing cached: exit 2 with the message, and the live server sees no request."""
     server = hub(build_release(tmp_path / "release"))
@@ -260,6 +303,7 @@ def test_offline_mode_exits_2_without_touching_the_network(hub, tmp_path: Path) 
     assert server.requests == []
 
 
+@pytest.mark.slow
 def test_release_without_tasks_file_exits_2_naming_it(hub, tmp_path: Path) -> None:
     """The download 'succeeds' but the tasks file is absent: exit 2, the missing path named."""
     server = hub(build_release(tmp_path / "release", with_tasks=False))
@@ -271,6 +315,7 @@ def test_release_without_tasks_file_exits_2_naming_it(hub, tmp_path: Path) -> No
     assert (dest / "corpus" / "source-0001.txt").is_file()
 
 
+@pytest.mark.slow
 def test_unknown_revision_exits_2(hub, tmp_path: Path) -> None:
     """A revision the Hub does not have (RevisionNotFoundError) is an expected failure too."""
     server = hub(build_release(tmp_path / "release"))
@@ -279,6 +324,7 @@ def test_unknown_revision_exits_2(hub, tmp_path: Path) -> None:
     assert result.returncode == 2, result.stderr
     assert_instructions(result.stderr, dest)
     assert "revision v9" in result.stderr and "RevisionNotFoundError" in result.stderr
+    assert "  why: the dataset has no revision 'v9'" in result.stderr
 
 
 def test_dest_defaults_and_run_command(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -292,3 +338,149 @@ def test_dest_defaults_and_run_command(monkeypatch: pytest.MonkeyPatch, tmp_path
     args = download.parse_args(["--revision", "v1"])
     assert (args.dest, args.revision, args.repo_id) == (tmp_path / "copy", "v1", REPO)
     assert download.run_command(args.dest) == download.RUN_COMMAND
+
+
+# ---------------------------------------------------------------------------------------------
+# One message per cause, each with its fix and the Hub's whole message; never a token.
+
+CANARY = "hf_canary" + "Q7w" * 10
+NETWORK_ADVICE = "machine with network access"
+#: case → (server mode or None, HF_TOKEN or None, extra args, kind's cause, fix needles, the Hub's words kept)
+CASES = {
+    "private, no token": ("private", None, [], "the Hub answered 401 and no token was sent",
+                          ["export HF_TOKEN=", "https://huggingface.co/settings/tokens", "--repo-id"],
+                          ["401 Client Error.", "Repository Not Found for url:",
+                           "make sure you are authenticated", "Request ID: Root=1-6756a1b2"]),
+    "private, token refused": ("private", CANARY, [], "the Hub refused the token in HF_TOKEN",
+                               ["https://huggingface.co/settings/tokens", "export HF_TOKEN="],
+                               ["Invalid credentials in Authorization header", "the token hf_*** is not valid"]),
+    "gated, no token": ("gated", None, [], f"{REPO} is a gated dataset and no token was sent",
+                        [f"request access on https://huggingface.co/datasets/{REPO}", "export HF_TOKEN="],
+                        ["GatedRepoError", "Cannot access gated repo for url",
+                         "authenticated to access it. Please log in."]),
+    "gated, not granted": ("gated", CANARY, [], f"{REPO} is a gated dataset and the account of your token has no",
+                           [f"request access on https://huggingface.co/datasets/{REPO}", "same HF_TOKEN"],
+                           ["403 Client Error.", "you are not in the authorized list"]),
+    "unknown revision": (None, None, ["--revision", "v9"], "the dataset has no revision 'v9'",
+                         ["pass --revision with a branch, tag or commit", f"datasets/{REPO}/tree/main"],
+                         ["RevisionNotFoundError", "Revision Not Found for url:", "Invalid rev id"]),
+    "unknown repo": (None, None, ["--repo-id", "someone/else"], "the Hub has no dataset someone/else (404)",
+                     ["check --repo-id", f"the release is {REPO}"], ["Repository Not Found for url:"]),
+    "hub down": ("down", None, [], "the Hub answered 500: it is down or overloaded", ["try again in a few minutes"],
+                 ["We're working hard to fix this"]),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_each_failure_has_its_own_message_and_fix(hub, tmp_path: Path, case: str) -> None:
+    """Table-driven against the Hub double: the cause, the fix, the Hub's full message; no token, no traceback."""
+    mode, token, args, cause, fixes, hub_words = CASES[case]
+    server = hub(build_release(tmp_path / "release"))
+    server.mode = mode
+    dest = tmp_path / "wt"
+    env = {"HF_TOKEN": token} if token else {}
+    result = run_download(tmp_path, server.url, "--dest", str(dest), *args, **env)
+    assert result.returncode == 2, result.stderr
+    assert_instructions(result.stderr.replace("someone/else", REPO), dest)
+    why = next(line for line in result.stderr.splitlines() if line.startswith("  why: "))
+    assert why.startswith(f"  why: {cause}"), why
+    for needle in fixes + hub_words:
+        assert needle in result.stderr, needle
+    assert NETWORK_ADVICE not in result.stderr  # only when the network really is the problem
+    assert CANARY not in result.stderr + result.stdout
+    assert not (dest / download.TASKS_FILE).exists()
+
+
+@pytest.mark.slow
+def test_the_right_token_fetches_a_private_release(hub, tmp_path: Path) -> None:
+    """The fix for 'token missing' works: the same Hub with HF_TOKEN set serves the release."""
+    server = hub(build_release(tmp_path / "release"))
+    server.mode = "private"
+    result = run_download(tmp_path, server.url, "--dest", str(tmp_path / "wt"), HF_TOKEN=server.good_token)
+    assert result.returncode == 0, result.stderr
+    assert "corpus files: 2" in result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["network down", "offline"])
+def test_network_problems_advise_another_machine(hub, tmp_path: Path, where: str) -> None:
+    """Connection refused and HF_HUB_OFFLINE each say so, and only they send the user to another machine."""
+    dest = tmp_path / "wt"
+    if where == "offline":
+        result = run_download(tmp_path, hub(build_release(tmp_path / "release")).url, "--dest", str(dest),
+                              HF_HUB_OFFLINE="1")
+        cause = "  why: HF_HUB_OFFLINE is set"
+    else:
+        result = run_download(tmp_path, closed_port_url(), "--dest", str(dest))
+        cause = "  why: the Hub could not be reached"
+    assert result.returncode == 2
+    assert_instructions(result.stderr, dest)
+    assert cause in result.stderr and NETWORK_ADVICE in result.stderr
+
+
+@pytest.mark.slow
+def test_the_fallback_hf_command_exists_and_fetches_only_the_release(hub, tmp_path: Path) -> None:
+    """The printed `hf download …` line, run as printed against the same Hub, lands the allowed files only."""
+    server = hub(build_release(tmp_path / "release"))
+    server.mode = "down"
+    dest = tmp_path / "wt"
+    failed = run_download(tmp_path, server.url, "--dest", str(dest))
+    line = next(x.strip() for x in failed.stderr.splitlines() if x.strip().startswith("hf download "))
+    server.mode = None  # the Hub is back
+    hf = Path(sys.executable).parent / "hf"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_"))}
+    env.update(HF_ENDPOINT=server.url, HF_HOME=str(tmp_path / "hf_home"), HF_HUB_DISABLE_TELEMETRY="1",
+               HF_HUB_DISABLE_PROGRESS_BARS="1", NO_PROXY="127.0.0.1", no_proxy="127.0.0.1")
+    argv = [str(hf), *shlex.split(line)[1:]]
+    proc = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    landed = sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*")
+                    if p.is_file() and ".cache" not in p.parts)
+    assert landed == sorted(p for p in server.files if p != OUTSIDE_ALLOW_PATTERNS)
+    assert download.missing_parts(dest) == []
+
+
+def test_redact_replaces_known_tokens_and_token_shapes() -> None:
+    """A known token anywhere, and anything shaped like a Hub token, never survive."""
+    text = f"Bearer {CANARY}; saved=hf_{'a' * 34}; short hf_ab is not a token; secret-value here"
+    assert download.redact(text, ["secret-value"]) == (
+        "Bearer hf_***; saved=hf_***; short hf_ab is not a token; hf_*** here")
+
+
+def test_hub_message_keeps_every_line_and_cause_bounded() -> None:
+    """The whole message and its cause, indented; a huge message is cut with a count."""
+    try:
+        try:
+            raise ConnectionError("first line\nsecond line")
+        except ConnectionError as inner:
+            raise OSError("outer: lookup failed") from inner
+    except OSError as error:
+        said = download.hub_message(error, [])
+    assert said == "    OSError: outer: lookup failed\n    ConnectionError: first line\n    second line"
+    huge = download.hub_message(OSError("x" * 10_000), [])
+    assert len(huge) < download.MAX_HUB_MESSAGE + 100 and huge.endswith("more characters]")
+
+
+def test_fetch_commands_quote_and_list_the_release_patterns(tmp_path: Path) -> None:
+    """Golden: both commands, with a path that needs quoting."""
+    ours, theirs = download.fetch_commands(REPO, "v1", tmp_path / "my data")
+    assert ours == f"python -m wildtrace.download --repo-id {REPO} --revision v1 --dest '{tmp_path / 'my data'}'"
+    assert theirs == (f"hf download {REPO} --repo-type dataset --revision v1 --local-dir '{tmp_path / 'my data'}' "
+                      "--include 'corpus/*' --include 'data/*' --include 'eval/*' --include 'documentation/*' "
+                      "--include README.md")
+
+
+def test_dataset_wildtrace_without_the_data_names_the_download(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`dataset=wildtrace` before the download: the error names `python -m wildtrace.download`."""
+    from conftest import compose_config
+    from wildtrace.config import to_settings
+    from wildtrace.core.tasks import DatasetError
+    from wildtrace.runtime.dataset import load_dataset
+
+    monkeypatch.delenv("WILDTRACE_DATA_DIR", raising=False)
+    cfg = to_settings(compose_config([f"root={tmp_path / 'outputs'}", "dataset=wildtrace"]))
+    with pytest.raises(DatasetError) as info:
+        load_dataset(cfg.dataset.tasks, cfg.dataset.corpus)
+    assert "python -m wildtrace.download" in str(info.value)
+    assert "WILDTRACE_DATA_DIR" in str(info.value)

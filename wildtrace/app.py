@@ -1,46 +1,103 @@
-"""The thin Hydra entry point: compose → convert once → run → print the headline."""
+"""The thin Hydra entry point: compose → check keys → convert once → run → print the headline."""
 
 from __future__ import annotations
 
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from wildtrace.config import ConfigError, register, to_settings
+from wildtrace.config import ConfigError, WildtraceConfig, register, to_settings
+from wildtrace.config_check import check_known_keys
+
+if TYPE_CHECKING:
+    from wildtrace.runtime.run import RunResult
 
 register()
 
-#: The config tree sits at the project's top level (conf/), beside the package; an
-#: absolute path keeps Hydra from looking for it as a Python module.
-CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+log = logging.getLogger("wildtrace")
+#: The headline's logger: its record goes to the job log (app.log); the terminal gets the printed text.
+HEADLINE_LOG = "wildtrace.headline"
+_PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def find_conf_dir(package_dir: Path = _PACKAGE_DIR) -> Path:
+    """The Hydra config tree: ``wildtrace/conf`` in an installed wheel, else ``conf/`` at the checkout's top.
+
+    The repository keeps ``conf/`` at its top level; the build copies it into the package
+    (setup.py maps ``wildtrace.conf`` onto ``conf/``), so a non-editable install carries it.
+    An editable install or a checkout has no ``wildtrace/conf`` and reads the top-level one.
+    """
+    for candidate in (package_dir / "conf", package_dir.parent / "conf"):
+        if (candidate / "config.yaml").is_file():
+            return candidate
+    raise FileNotFoundError(f"wildtrace: no Hydra config tree (conf/config.yaml) in {package_dir} or beside it")
+
+
+#: Absolute, so Hydra does not look for the tree as a Python module.
+CONF_DIR = str(find_conf_dir())
+
+
+class _NotHeadline(logging.Filter):
+    """Keeps the headline record off the terminal handlers (the headline is printed there already)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """False for the headline's record."""
+        return record.name != HEADLINE_LOG
+
+
+def route_console_to_stderr(root: logging.Logger | None = None) -> None:
+    """Point Hydra's console handler at stderr: stdout carries only the headline (pipes, ``| tee``).
+
+    Hydra's default job logging writes INFO to stdout and to ``<run dir>/<job>.log``; process
+    messages belong on stderr and in that file, so the file handler is left as it is.
+    """
+    for handler in (root or logging.getLogger()).handlers:
+        if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler):
+            if handler.stream is sys.stdout:
+                handler.setStream(sys.stderr)
+            if not any(isinstance(f, _NotHeadline) for f in handler.filters):
+                handler.addFilter(_NotHeadline())
+
+
+def prepare(dict_cfg: DictConfig) -> WildtraceConfig:
+    """The composed config as validated settings: unknown keys (also ``+key=`` additions) fail first."""
+    check_known_keys(dict_cfg)
+    return to_settings(dict_cfg)
+
+
+def log_headline(result: RunResult, settings: WildtraceConfig) -> None:
+    """The run's headline as a log record too (exactly as printed), so the job log ends with the result."""
+    logging.getLogger(HEADLINE_LOG).info("%s", result.headline)
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
 def _job(dict_cfg: DictConfig) -> float | None:
+    from hydra.types import RunMode
+
     from wildtrace.core.tasks import DatasetError
     from wildtrace.runtime.cache import StorageError
     from wildtrace.runtime.run import run
     from wildtrace.runtime.secrets import MissingKeyError
-
-    from hydra.types import RunMode
-
     from wildtrace.tracking.sweep import read_parent
 
+    route_console_to_stderr()
     hydra_cfg = HydraConfig.get()
     parent = read_parent(hydra_cfg.sweep.dir) if hydra_cfg.mode == RunMode.MULTIRUN else None
     for noisy in ("httpx", "httpcore"):  # one INFO line per request drowns the progress bar
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
-        settings = to_settings(dict_cfg)
+        settings = prepare(dict_cfg)
         settings.out_dir = hydra_cfg.runtime.output_dir
         result = run(settings, overrides=list(hydra_cfg.overrides.task), parent_run_id=parent)
     except (ConfigError, DatasetError, MissingKeyError, StorageError) as exc:
-        print(f"wildtrace: error: {exc}", file=sys.stderr)
+        log.error("wildtrace: error: %s", exc)
         raise SystemExit(2) from None
+    log_headline(result, settings)
     if result.exit_code:
         raise SystemExit(result.exit_code)
     return result.summary["overall"] if result.summary else None

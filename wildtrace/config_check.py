@@ -1,3 +1,144 @@
-"""STUB until the ecosys branch lands."""
-def spec_warnings(settings):
-    return []
+"""Checks on a composed run that the schemas alone do not make: unknown keys, and the spec's warnings.
+
+Hydra rejects an unknown key given as ``key=value``, but ``+key=value`` (what Hydra's own
+error message suggests) adds it to a structured node, and ``OmegaConf.to_object`` then drops
+it silently: ``+decoding.temprature=0.3`` would run at t=0.1 and be logged as a setting.
+``unknown_keys`` walks the composed config against the dataclass schema instead.
+
+``spec_warnings`` is pure: it reads validated settings and returns (code, message) pairs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+import types
+import typing
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from wildtrace.config import REASONING_BUDGET, ConfigError, WildtraceConfig, effective_max_tokens
+
+#: A key and the names that would have been valid where it stands.
+Unknown = tuple[str, tuple[str, ...]]
+
+
+def _plain(cfg: DictConfig | Mapping[str, Any]) -> Mapping[str, Any]:
+    """The config as plain dicts, interpolations left unresolved (a key check must not resolve ${oc.env:…})."""
+    if isinstance(cfg, DictConfig):
+        return typing.cast(Mapping[str, Any], OmegaConf.to_container(cfg, resolve=False, throw_on_missing=False))
+    return cfg
+
+
+def _unwrap_optional(tp: Any) -> Any:
+    """``Optional[X]`` → ``X``; anything else unchanged."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return args[0] if len(args) == 1 else tp
+    return tp
+
+
+def _field_types(schema_cls: type) -> dict[str, Any]:
+    """Field name → resolved type (the schemas use ``from __future__ import annotations``)."""
+    hints = typing.get_type_hints(schema_cls)
+    return {f.name: _unwrap_optional(hints[f.name]) for f in dataclasses.fields(schema_cls)}
+
+
+def _walk(node: Mapping[str, Any], schema_cls: type, prefix: str) -> Iterator[Unknown]:
+    """Yield every key of ``node`` the dataclass ``schema_cls`` does not declare, recursively."""
+    types_ = _field_types(schema_cls)
+    for key, value in node.items():
+        path = f"{prefix}{key}"
+        if key not in types_:
+            yield path, tuple(types_)
+            continue
+        if isinstance(value, Mapping):
+            yield from _walk_value(value, types_[key], path)
+
+
+def _walk_value(value: Mapping[str, Any], tp: Any, path: str) -> Iterator[Unknown]:
+    """Descend into a mapping-valued field: a nested schema, or a dict whose values have one."""
+    if dataclasses.is_dataclass(tp):
+        yield from _walk(value, typing.cast(type, tp), path + ".")
+    elif typing.get_origin(tp) is dict:
+        # Free-form keys at this level (judge keys, extra_body); values checked when they have a schema.
+        value_type = _unwrap_optional(typing.get_args(tp)[1])
+        if dataclasses.is_dataclass(value_type):
+            for key, item in value.items():
+                if isinstance(item, Mapping):
+                    yield from _walk(item, typing.cast(type, value_type), f"{path}.{key}.")
+
+
+def unknown_keys(dict_cfg: DictConfig | Mapping[str, Any], schema_cls: type = WildtraceConfig) -> list[str]:
+    """Dotted paths of the keys in ``dict_cfg`` that ``schema_cls`` (a dataclass) does not declare."""
+    return [path for path, _ in _walk(_plain(dict_cfg), schema_cls, "")]
+
+
+def describe(path: str, valid: tuple[str, ...]) -> str:
+    """``decoding.temprature (did you mean decoding.temperature?)`` — the nearest valid name by difflib."""
+    parent, _, name = path.rpartition(".")
+    nearest = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)
+    if not nearest:
+        return f"{path} (valid keys there: {', '.join(valid)})"
+    return f"{path} (did you mean {parent + '.' if parent else ''}{nearest[0]}?)"
+
+
+def check_known_keys(dict_cfg: DictConfig | Mapping[str, Any], schema_cls: type = WildtraceConfig) -> None:
+    """Raise ConfigError naming every unknown key and the nearest valid one; silent when all are known."""
+    found = list(_walk(_plain(dict_cfg), schema_cls, ""))
+    if found:
+        names = "; ".join(describe(path, valid) for path, valid in found)
+        raise ConfigError(f"unknown config key{'s' if len(found) > 1 else ''}: {names}")
+
+
+# ---------------------------------------------------------------------------------------------
+# The spec's warnings (§2 budget, §4 non-contestant panel)
+
+#: A dated release suffix: -20260217, @20260217, -2026-02-17.
+_DATED = re.compile(r"(?:[-@_]\d{8}|-\d{4}-\d{2}-\d{2})$")
+#: A gateway's short route prefix such as the paper's ``mr.``: letters, then a dot, then a letter.
+_GATEWAY_PREFIX = re.compile(r"^[a-z]{1,8}\.(?=[a-z])")
+
+
+def model_identity(text: str | None) -> str:
+    """A route or name reduced to what identifies the model: lower case, no provider path, gateway prefix or date."""
+    ident = (text or "").strip().lower().rsplit("/", 1)[-1]
+    ident = _GATEWAY_PREFIX.sub("", ident)
+    return _DATED.sub("", ident)
+
+
+def _identities(name: str | None, route: str | None) -> set[str]:
+    """The non-empty identities an endpoint goes by (its name and its route)."""
+    return {i for i in (model_identity(name), model_identity(route)) if i}
+
+
+def budget_warning(settings: WildtraceConfig) -> list[tuple[str, str]]:
+    """Spec §2: a reasoning model given less than 32768 completion tokens (only when answers are generated)."""
+    budget = effective_max_tokens(settings.model, settings.decoding)
+    if settings.stage == "judge" or not settings.model.reasoning or budget >= REASONING_BUDGET:
+        return []
+    return [("reasoning_budget",
+             f"model {settings.model.name} is a reasoning model (model.reasoning=true) given a budget of {budget} "
+             f"tokens: the spec (§2) asks for {REASONING_BUDGET}; reasoning models truncated below this lose ~7pp")]
+
+
+def contestant_judge_warning(settings: WildtraceConfig) -> list[tuple[str, str]]:
+    """Spec §4: the model under test is also on the judge panel (same route or name, dates and prefixes aside)."""
+    if settings.stage == "answer":
+        return []
+    model = _identities(settings.model.name, settings.model.route)
+    out = []
+    for key, judge in settings.judge_panel.judges.items():
+        if model & _identities(judge.name, judge.route):
+            out.append(("judge_is_contestant",
+                        f"model {settings.model.name} (route {settings.model.route}) is also judge {key} "
+                        f"(route {judge.route}): the spec's judges (§4) are not on the leaderboard"))
+    return out
+
+
+def spec_warnings(settings: WildtraceConfig) -> list[tuple[str, str]]:
+    """Every spec warning for a run, as (code, message): ``reasoning_budget``, ``judge_is_contestant``."""
+    return budget_warning(settings) + contestant_judge_warning(settings)

@@ -109,7 +109,9 @@ def load_dataset(tasks_file: str | Path, corpus_dir: str | Path, ids: Sequence[s
     """Read, validate and select tasks, then measure every corpus file they use."""
     tasks_path, corpus = Path(tasks_file), Path(corpus_dir)
     if not corpus.is_dir():
-        raise DatasetError(f"{corpus}: corpus folder not found (dataset.corpus)")
+        raise DatasetError(f"{corpus}: corpus folder not found (dataset.corpus); for dataset=wildtrace, fetch the "
+                           "release first: python -m wildtrace.download (or point WILDTRACE_DATA_DIR at an existing "
+                           "copy)")
     records = read_records(tasks_path)
     tasks = select(parse_tasks(records, str(tasks_path)), ids, limit, str(tasks_path))
     index_of = {str(r.get("question_id")): i for i, r in enumerate(records) if isinstance(r, dict)}
