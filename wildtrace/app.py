@@ -13,6 +13,7 @@ from omegaconf import DictConfig
 
 from wildtrace.config import ConfigError, WildtraceConfig, register, to_settings
 from wildtrace.config_check import check_known_keys
+from wildtrace.core.events import RunEnd, RunObserver
 
 if TYPE_CHECKING:
     from wildtrace.runtime.run import RunResult
@@ -70,6 +71,19 @@ def prepare(dict_cfg: DictConfig) -> WildtraceConfig:
     return to_settings(dict_cfg)
 
 
+def observer_for(settings: WildtraceConfig, parent_run_id: str | None = None) -> RunObserver:
+    """What hears the run's events: MLflow tracking when it is on (the entry point composes the layers)."""
+    if not settings.mlflow.enabled:
+        return RunObserver()
+    from wildtrace.tracking.mlflow_logger import log_run_dir_safely
+
+    class _LogAtEnd(RunObserver):
+        def run_finished(self, end: RunEnd) -> str | None:
+            return log_run_dir_safely(end.out_dir, parent_run_id=parent_run_id)
+
+    return _LogAtEnd()
+
+
 def log_headline(result: RunResult, settings: WildtraceConfig) -> None:
     """The run's headline as a log record too (exactly as printed), so the job log ends with the result."""
     logging.getLogger(HEADLINE_LOG).info("%s", result.headline)
@@ -93,7 +107,8 @@ def _job(dict_cfg: DictConfig) -> float | None:
     try:
         settings = prepare(dict_cfg)
         settings.out_dir = hydra_cfg.runtime.output_dir
-        result = run(settings, overrides=list(hydra_cfg.overrides.task), parent_run_id=parent)
+        result = run(settings, overrides=list(hydra_cfg.overrides.task), parent_run_id=parent,
+                     observer=observer_for(settings, parent))
     except (ConfigError, DatasetError, MissingKeyError, StorageError) as exc:
         log.error("wildtrace: error: %s", exc)
         raise SystemExit(2) from None

@@ -383,7 +383,7 @@ def copy_out(src: Path, out: Path) -> Path:
 
 def run_step(config: Path, data: Path, corpus: Path, stage: str, responses: Path | None = None) -> Any:
     """One step: config.json → overrides → compose → prepare → run, in a run directory of its own."""
-    from wildtrace.app import CONF_DIR, log_headline, prepare, route_console_to_stderr
+    from wildtrace.app import CONF_DIR, log_headline, observer_for, prepare, route_console_to_stderr
     from wildtrace.runtime.run import run
 
     cfg = read_config(config)
@@ -399,7 +399,7 @@ def run_step(config: Path, data: Path, corpus: Path, stage: str, responses: Path
         settings = prepare(dict_cfg)
         settings.out_dir = str(run_dir)
         save_hydra_files(dict_cfg, overrides, run_dir)
-        result = run(settings, overrides=overrides)
+        result = run(settings, overrides=overrides, observer=observer_for(settings))
         log_headline(result, settings)
         return result
     finally:
@@ -439,11 +439,12 @@ def _parser(prog: str, judge: bool) -> argparse.ArgumentParser:
 def _finish(step: Any) -> int:
     """Run a step; configuration, dataset and key errors exit 2 with one line, before any request."""
     from wildtrace.core.tasks import DatasetError
-    from wildtrace.runtime.pipeline import MissingKeyError
+    from wildtrace.runtime.cache import StorageError
+    from wildtrace.runtime.secrets import MissingKeyError
 
     try:
         return step()
-    except (ConfigError, DatasetError, MissingKeyError) as exc:
+    except (ConfigError, DatasetError, MissingKeyError, StorageError) as exc:
         print(f"wildtrace: error: {exc}", file=sys.stderr)
         return 2
 
@@ -457,7 +458,7 @@ def eval_main(argv: list[str] | None = None) -> int:
         out = copy_out(result.out_dir / "responses.json", args.out)
         c = result.outcome.counters
         print(f"responses: {out} (answered {c.answered}, failed {c.failed}, out of context {c.out_of_context})")
-        return 0
+        return result.exit_code
 
     return _exit(_finish(step), argv)
 
@@ -472,7 +473,7 @@ def judge_main(argv: list[str] | None = None) -> int:
         out = copy_out(result.out_dir / "scores.json", args.out)
         overall = result.summary["overall"]
         print(f"overall: {'n/a' if overall is None else f'{overall:.2f}%'} (All view) -> {out}")
-        return 0
+        return result.exit_code
 
     return _exit(_finish(step), argv)
 
