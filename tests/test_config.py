@@ -391,3 +391,17 @@ def test_stdout_is_the_headline_and_app_log_ends_with_it(tmp_path):
     log_text = (run_dir / "app.log").read_text()
     assert "[wildtrace.headline][INFO] - " + "\n".join(lines) in log_text
     assert log_text.rstrip().endswith(lines[-1])
+
+
+@pytest.mark.parametrize("override", ["judge_panel.judges={}", "judge_panel.judges=null", "+judge_panel.judges={}"])
+def test_an_empty_panel_override_is_refused_naming_the_key(override):
+    from wildtrace.config_check import check_overrides
+
+    with pytest.raises(ConfigError, match=r"judge_panel.judges cannot be emptied this way"):
+        check_overrides([override])
+
+
+def test_other_overrides_pass_the_override_check():
+    from wildtrace.config_check import check_overrides
+
+    check_overrides(["~judge_panel.judges.qwen", "model.extra_body={}", "judge_panel=paper"])

@@ -12,7 +12,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from wildtrace.config import ConfigError, WildtraceConfig, register, to_settings
-from wildtrace.config_check import check_known_keys
+from wildtrace.config_check import check_known_keys, check_overrides
 from wildtrace.core.events import RunEnd, RunObserver
 
 if TYPE_CHECKING:
@@ -65,8 +65,9 @@ def route_console_to_stderr(root: logging.Logger | None = None) -> None:
                 handler.addFilter(_NotHeadline())
 
 
-def prepare(dict_cfg: DictConfig) -> WildtraceConfig:
+def prepare(dict_cfg: DictConfig, overrides: list[str] | None = None) -> WildtraceConfig:
     """The composed config as validated settings: unknown keys (also ``+key=`` additions) fail first."""
+    check_overrides(overrides or [])
     check_known_keys(dict_cfg)
     return to_settings(dict_cfg)
 
@@ -105,7 +106,7 @@ def _job(dict_cfg: DictConfig) -> float | None:
     for noisy in ("httpx", "httpcore"):  # one INFO line per request drowns the progress bar
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
-        settings = prepare(dict_cfg)
+        settings = prepare(dict_cfg, list(hydra_cfg.overrides.task))
         settings.out_dir = hydra_cfg.runtime.output_dir
         result = run(settings, overrides=list(hydra_cfg.overrides.task), parent_run_id=parent,
                      observer=observer_for(settings, parent))

@@ -103,6 +103,16 @@ _DATED = re.compile(r"(?:[-@_]\d{8}|-\d{4}-\d{2}-\d{2})$")
 _GATEWAY_PREFIX = re.compile(r"^[a-z]{1,8}\.(?=[a-z])")
 
 
+def check_overrides(overrides: list[str]) -> None:
+    """Refuse ``X={}`` on a mapping: Hydra merges an empty mapping, so it would silently change nothing."""
+    for override in overrides:
+        key, _, value = override.lstrip("+~").partition("=")
+        if value.strip() in ("{}", "null") and key.strip() == "judge_panel.judges":
+            raise ConfigError(f"{override}: judge_panel.judges cannot be emptied this way (Hydra merges it, and a "
+                              "panel with no judge cannot judge): use stage=answer to skip judging, or "
+                              "~judge_panel.judges.<key> to drop a judge")
+
+
 def model_identity(text: str | None) -> str:
     """A route or name reduced to what identifies the model: lower case, no provider path, gateway prefix or date."""
     ident = (text or "").strip().lower().rsplit("/", 1)[-1]
