@@ -1,0 +1,142 @@
+"""Pure statistics for the report: bootstrap intervals, correlations, spreads, alpha.
+
+Arrays and frames in, numbers out; no I/O. Task scores are 0–1; a task matrix has a row
+per task and a column per replicate run, NaN where that run did not score the task.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+#: The report's defaults: resamples, seed and level of every bootstrap interval.
+RESAMPLES, SEED, LEVEL = 2000, 0, 0.95
+
+
+@dataclass(frozen=True)
+class Bootstrap:
+    """How intervals are drawn: percentile bootstrap over tasks."""
+
+    resamples: int = RESAMPLES  #: number of resamples of the tasks (with replacement)
+    seed: int = SEED  #: numpy Generator seed, so a report is reproducible
+    level: float = LEVEL  #: two-sided coverage, 0.95 → the 2.5th and 97.5th percentiles
+
+
+def all_value(matrix: np.ndarray) -> float | None:
+    """All view of a task matrix: unscored cells count 0, mean over tasks, then over runs."""
+    m = np.atleast_2d(np.asarray(matrix, dtype=float))
+    if m.shape[0] == 0:
+        return None
+    return float(np.nan_to_num(m, nan=0.0).mean(axis=0).mean())
+
+
+def scored_value(matrix: np.ndarray) -> float | None:
+    """Scored view of a task matrix: each run's mean over the tasks it scored, then the mean over runs."""
+    m = np.atleast_2d(np.asarray(matrix, dtype=float))
+    per_run = [float(np.nanmean(col)) for col in m.T if np.isfinite(col).any()]
+    return float(np.mean(per_run)) if per_run else None
+
+
+def _resampled(matrix: np.ndarray, boot: Bootstrap) -> np.ndarray:
+    """(resamples, n_tasks, n_runs): the tasks drawn with replacement, each draw a whole row."""
+    m = np.atleast_2d(np.asarray(matrix, dtype=float))
+    rng = np.random.default_rng(boot.seed)
+    idx = rng.integers(0, m.shape[0], size=(boot.resamples, m.shape[0]))
+    return m[idx]
+
+
+def _percentiles(values: np.ndarray, level: float) -> tuple[float | None, float | None]:
+    finite = values[np.isfinite(values)]
+    if not len(finite):
+        return None, None
+    tail = 100.0 * (1.0 - level) / 2.0
+    lo, hi = np.percentile(finite, [tail, 100.0 - tail])
+    return float(lo), float(hi)
+
+
+def all_interval(matrix: np.ndarray, boot: Bootstrap = Bootstrap()) -> tuple[float | None, float | None]:
+    """Percentile bootstrap interval of the All view, resampling tasks."""
+    if np.atleast_2d(matrix).shape[0] == 0:
+        return None, None
+    draws = np.nan_to_num(_resampled(matrix, boot), nan=0.0).mean(axis=1).mean(axis=1)
+    return _percentiles(draws, boot.level)
+
+
+def scored_interval(matrix: np.ndarray, boot: Bootstrap = Bootstrap()) -> tuple[float | None, float | None]:
+    """Percentile bootstrap interval of the Scored view, resampling tasks (a draw with no
+    scored task has no value and is left out)."""
+    if np.atleast_2d(matrix).shape[0] == 0:
+        return None, None
+    draws = _resampled(matrix, boot)
+    counts = np.isfinite(draws).sum(axis=1)  # (resamples, runs): scored tasks in each draw
+    per_run = np.where(counts > 0, np.nansum(draws, axis=1) / np.maximum(counts, 1), np.nan)
+    scored_runs = np.isfinite(per_run).sum(axis=1)
+    values = np.where(scored_runs > 0, np.nansum(per_run, axis=1) / np.maximum(scored_runs, 1), np.nan)
+    return _percentiles(np.asarray(values, dtype=float), boot.level)
+
+
+def pearson(a: Sequence[float], b: Sequence[float]) -> float | None:
+    """Pearson r; None with fewer than two pairs or a constant side."""
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if len(x) < 2 or np.std(x) == 0 or np.std(y) == 0:
+        return None
+    return float(np.corrcoef(x, y)[0, 1])
+
+
+def spearman(a: Sequence[float], b: Sequence[float]) -> float | None:
+    """Spearman rho (Pearson r of average ranks); None where Pearson would be."""
+    from scipy.stats import rankdata
+
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if len(x) < 2:
+        return None
+    return pearson(rankdata(x), rankdata(y))
+
+
+def mean_abs_diff(a: Sequence[float], b: Sequence[float]) -> float | None:
+    """Mean absolute difference of paired values (None when there is no pair)."""
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    return float(np.mean(np.abs(x - y))) if len(x) else None
+
+
+def spread(values: Sequence[float]) -> dict[str, float | int | None]:
+    """mean, sample sd (ddof=1; None for one value), min, max, range and n of some numbers."""
+    v = np.asarray([x for x in values if x is not None and math.isfinite(x)], dtype=float)
+    if not len(v):
+        return {"n": 0, "mean": None, "sd": None, "min": None, "max": None, "range": None}
+    return {"n": int(len(v)), "mean": float(v.mean()), "sd": float(v.std(ddof=1)) if len(v) > 1 else None,
+            "min": float(v.min()), "max": float(v.max()), "range": float(v.max() - v.min())}
+
+
+def paired_difference(a: Sequence[float], b: Sequence[float], boot: Bootstrap = Bootstrap()) -> dict:
+    """Mean of b − a over paired tasks with a percentile bootstrap interval (tasks resampled)."""
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    diff = y - x
+    if not len(diff):
+        return {"n": 0, "mean_diff": None, "ci_low": None, "ci_high": None}
+    rng = np.random.default_rng(boot.seed)
+    draws = diff[rng.integers(0, len(diff), size=(boot.resamples, len(diff)))].mean(axis=1)
+    lo, hi = _percentiles(draws, boot.level)
+    return {"n": int(len(diff)), "mean_diff": float(diff.mean()), "ci_low": lo, "ci_high": hi}
+
+
+def krippendorff_interval(reliability: np.ndarray) -> float | None:
+    """Krippendorff's alpha, interval metric, with the ``krippendorff`` package.
+
+    ``reliability`` is judges × units, NaN where a judge gave no value. None when fewer
+    than two values are pairable or every value is the same (alpha is undefined).
+    """
+    import krippendorff
+
+    data = np.asarray(reliability, dtype=float)
+    if data.ndim != 2 or data.shape[0] < 2:
+        return None
+    pairable = np.isfinite(data).sum(axis=0) >= 2
+    values = data[:, pairable]
+    finite = values[np.isfinite(values)]
+    if values.shape[1] == 0 or len(np.unique(finite)) < 2:
+        return None
+    return float(krippendorff.alpha(reliability_data=values, level_of_measurement="interval"))
