@@ -81,7 +81,7 @@ def scored_interval(matrix: np.ndarray, boot: Bootstrap = Bootstrap()) -> tuple[
 def pearson(a: Sequence[float], b: Sequence[float]) -> float | None:
     """Pearson r; None with fewer than two pairs or a constant side."""
     x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    if len(x) < 2 or np.std(x) == 0 or np.std(y) == 0:
+    if len(x) < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:  # ptp: std of equal floats is not exactly 0
         return None
     return float(np.corrcoef(x, y)[0, 1])
 

@@ -139,7 +139,11 @@ def group_runs(runs: Sequence[RunData]) -> list[Group]:
 def _label(groups: list[Group]) -> None:
     shown = ("route", "panel", "judges", "temperature", "max_tokens", "reasoning_effort", "release")
     settings = [setting(g.runs[0]) for g in groups]
-    varying = [k for k in shown if len({str(s[k]) for s in settings}) > 1]
+    by_model: dict[str, list[dict]] = {}
+    for s in settings:
+        by_model.setdefault(s["model"], []).append(s)
+    # a setting is shown when it tells apart two rows of the same model
+    varying = [k for k in shown if any(len({str(s[k]) for s in same}) > 1 for same in by_model.values())]
     if "panel" in varying and "judges" in varying:  # the panel's name already says it
         varying.remove("judges")
     short = {"temperature": "t", "max_tokens": "mt", "reasoning_effort": "effort"}
@@ -325,24 +329,34 @@ def _compared_value(g: Group, name: str) -> Any:
     return f"{s['panel']} ({s['judges']})" if name == "panel" else s[name]
 
 
+def _order(value: Any) -> tuple:
+    return (0, float(value), "") if isinstance(value, (int, float)) else (1, 0.0, str(value))
+
+
+def _compare(a: Group, b: Group, name: str, boot: Bootstrap) -> dict:
+    """One paired comparison; a is the lower setting, so diff = b − a reads "raising it changes by"."""
+    if _order(_compared_value(b, name)) < _order(_compared_value(a, name)):
+        a, b = b, a
+    ma, mb = task_matrix(a).fillna(0.0).mean(axis=1), task_matrix(b).fillna(0.0).mean(axis=1)
+    common = ma.index.intersection(mb.index)
+    d = stats.paired_difference(ma[common].to_numpy(), mb[common].to_numpy(), boot)
+    return {"setting": name, "a": a.label, "b": b.label, "value_a": _compared_value(a, name),
+            "value_b": _compared_value(b, name), "overall_a": _pct(float(ma[common].mean())),
+            "overall_b": _pct(float(mb[common].mean())), "diff_pp": _pct(d["mean_diff"]),
+            "ci_low_pp": _pct(d["ci_low"]), "ci_high_pp": _pct(d["ci_high"]), "n_tasks": d["n"]}
+
+
 def comparisons(groups: Sequence[Group], boot: Bootstrap = Bootstrap()) -> pd.DataFrame:
     """Pairs of rows that differ in exactly one COMPARED setting: paired per-task difference
     of the All-view score (b − a, percentage points) with its bootstrap interval."""
     rows = []
-    for i, a in enumerate(groups):
-        for b in groups[i + 1:]:
-            if base_key(a.runs[0]) != base_key(b.runs[0]):
+    for i, first in enumerate(groups):
+        for second in groups[i + 1:]:
+            if base_key(first.runs[0]) != base_key(second.runs[0]):
                 continue
-            differ = [n for n in COMPARED if str(_compared_value(a, n)) != str(_compared_value(b, n))]
-            if len(differ) != 1:
-                continue
-            ma, mb = task_matrix(a).fillna(0.0).mean(axis=1), task_matrix(b).fillna(0.0).mean(axis=1)
-            common = ma.index.intersection(mb.index)
-            d = stats.paired_difference(ma[common].to_numpy(), mb[common].to_numpy(), boot)
-            rows.append({"setting": differ[0], "a": a.label, "b": b.label, "value_a": _compared_value(a, differ[0]),
-                         "value_b": _compared_value(b, differ[0]), "overall_a": _pct(float(ma[common].mean())),
-                         "overall_b": _pct(float(mb[common].mean())), "diff_pp": _pct(d["mean_diff"]),
-                         "ci_low_pp": _pct(d["ci_low"]), "ci_high_pp": _pct(d["ci_high"]), "n_tasks": d["n"]})
+            differ = [n for n in COMPARED if str(_compared_value(first, n)) != str(_compared_value(second, n))]
+            if len(differ) == 1:
+                rows.append(_compare(first, second, differ[0], boot))
     return pd.DataFrame(rows)
 
 
