@@ -227,6 +227,8 @@ def model_yaml(cfg: ProbeRunConfig, caps: dict[str, int], found: list[Search], d
     for s in found:
         lines.append(f"#   {s.language}: fitted {s.fits} chars, did not fit "
                      f"{s.misfits if s.misfits is not None else '(never: largest tried fitted)'}; {len(s.tried)} requests")
+    for language in sorted({"en", "cjk"} - {s.language for s in found}):
+        lines.append(f"#   {language}: not probed (kept the model's value)")
     fields = {"name": m.name, "provider": m.provider, "route": m.route, "base_url": m.base_url,
               "api_key_env": m.api_key_env, "send_temperature": m.send_temperature, "reasoning": m.reasoning,
               "budget_field": m.budget_field, "max_concurrency": m.max_concurrency, "timeout_s": m.timeout_s}
