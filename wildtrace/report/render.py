@@ -197,12 +197,34 @@ CSS = ("body{font-family:sans-serif;margin:2em;max-width:1300px}table{border-col
        "img{max-width:100%;display:block;margin:1em 0}section{margin-bottom:2.5em}")
 
 
+def _interval(low: Any, high: Any) -> str:
+    return "—" if low is None or high is None or low != low or high != high else f"{low:.2f}–{high:.2f}"
+
+
+def leaderboard_view(board: pd.DataFrame) -> pd.DataFrame:
+    """The leaderboard for reading: each view with its interval in one column, the spread beside it."""
+    if board.empty:
+        return board
+    view = board[["model", "panel", "release", "run_date"]].copy()
+    view["overall (All)"] = board["overall"]
+    view["overall 95% CI"] = [_interval(lo, hi) for lo, hi in zip(board["overall_ci_low"], board["overall_ci_high"])]
+    view["scored"] = board["scored"]
+    view["scored 95% CI"] = [_interval(lo, hi) for lo, hi in zip(board["scored_ci_low"], board["scored_ci_high"])]
+    view["runs"] = board["n_runs"]
+    view["sd"] = board["overall_sd"]
+    view["range"] = [_interval(lo, hi) if n > 1 else "—" for lo, hi, n in
+                     zip(board["overall_min"], board["overall_max"], board["n_runs"])]
+    for column in ("n_scored", "n_out_of_context", "n_failed", "n_tasks"):
+        view[column] = board[column]
+    return view
+
+
 def page(report: Report, pngs: dict[str, bytes]) -> str:
     """report.html: every section by id, tables and plots inline, nothing fetched."""
     judges, pairs = agreement_frames(report.agreement)
     alpha = report.agreement.get("krippendorff_alpha_interval")
     body = {
-        "leaderboard": _table(report.leaderboard) + _img(pngs.get("leaderboard.png"), "leaderboard"),
+        "leaderboard": _table(leaderboard_view(report.leaderboard)) + _img(pngs.get("leaderboard.png"), "leaderboard"),
         "matched-panel": "<p>Each row's mean over the tasks every row scored. It drops the long-context "
                          "failures the All view counts: a robustness check only.</p>" + _table(report.matched),
         "paradigms-tiers": "<h3>By paradigm</h3>" + _table(report.paradigms) + "<h3>By context tier</h3>"
