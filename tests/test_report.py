@@ -235,6 +235,14 @@ def test_runs_without_scores_are_skipped(runs_root):
     (runs_root / "broken").mkdir()
     (runs_root / "broken" / "config.json").write_text("{not json")
     (runs_root / "broken" / "scores.json").write_text("[]")
+    bad_rows = write_run(runs_root, "bad-rows", "gamma", {"a": A1["a"]})
+    scores = json.loads((bad_rows / "scores.json").read_text())
+    scores["tasks"][3]["judges"] = ["not", "a", "mapping"]
+    (bad_rows / "scores.json").write_text(json.dumps(scores))
+    bad_score = write_run(runs_root, "bad-score", "epsilon", {"a": A1["a"]})
+    (bad_score / "scores.json").write_text((bad_score / "scores.json").read_text().replace('"score": 0.2', '"score": "0.2"'))
+    bad_config = write_run(runs_root, "bad-config", "delta", {"a": A1["a"]})
+    (bad_config / "config.json").write_text(json.dumps({"model": "x"}))
     assert len(sources.from_run_dirs([str(runs_root / "*")])) == 5
 
 

@@ -13,6 +13,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from wildtrace.config import register
+from wildtrace.report.tables import Report
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ ConfigStore.instance().store(name="report_schema", node=ReportConfig)
 CONF_DIR = str(Path(__file__).resolve().parent.parent.parent / "conf")
 
 
-def make_report(cfg: ReportConfig, out_dir: Path) -> tuple[object, str | None]:
+def make_report(cfg: ReportConfig, out_dir: Path) -> tuple[Report, str | None]:
     """Read, build, write (and log): the importable heart of the command. Returns (Report, MLflow run id)."""
     from wildtrace.report import render, sources
     from wildtrace.report.stats import Bootstrap

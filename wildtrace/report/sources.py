@@ -37,10 +37,31 @@ def _read_json(path: Path) -> Any:
         return None
 
 
+def _number_or_none(value: Any) -> bool:
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+
+
+def malformed(config: Any, scores: Any) -> str | None:
+    """Why these files are not a judged run the report can read (None when they are)."""
+    if not isinstance(config, dict) or not isinstance(scores, dict) or not isinstance(scores.get("tasks"), list):
+        return "no config.json and scores.json with task rows (not a judged run)"
+    for section, keys in (("model", ("name", "route", "caps")), ("decoding", ("temperature",)),
+                          ("judge_panel", ("name",))):
+        if not isinstance(config.get(section), dict) or any(k not in config[section] for k in keys):
+            return f"config.json has no {section} with {', '.join(keys)}"
+    for row in scores["tasks"]:
+        if not isinstance(row, dict) or not isinstance(row.get("question_id"), str) \
+                or not isinstance(row.get("judges", {}), dict) \
+                or not all(isinstance(v, dict) and _number_or_none(v.get("score")) for v in row.get("judges", {}).values()):
+            return "scores.json has a task row of the wrong shape"
+    return None
+
+
 def _from_files(run_id: str, source: str, folder: Path, with_responses: bool) -> RunData | None:
     config, stats, scores = (_read_json(folder / name) for name in FILES[:3])
-    if not isinstance(config, dict) or not isinstance(scores, dict) or not isinstance(scores.get("tasks"), list):
-        log.info("report: %s has no config.json and scores.json with task rows (not a judged run); skipped", run_id)
+    reason = malformed(config, scores)
+    if reason:
+        log.warning("report: %s: %s; skipped", run_id, reason)
         return None
     responses = _read_json(folder / "responses.json") if with_responses else None
     return RunData(run_id=run_id, source=source, config=config, stats=stats if isinstance(stats, dict) else {},

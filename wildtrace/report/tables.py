@@ -160,7 +160,9 @@ def _label(groups: list[Group]) -> None:
 
 def answer_status(run: RunData) -> dict[str, str]:
     """Each task's answer status: responses.json where read, else from scores.json's rows."""
-    from_responses = {r["question_id"]: r["status"] for r in run.responses or [] if "question_id" in r}
+    from_responses = {r["question_id"]: r.get("status") for r in run.responses or []
+                      if isinstance(r, dict) and isinstance(r.get("question_id"), str)
+                      and r.get("status") in (R.ANSWERED, R.FAILED, R.OUT_OF_CONTEXT)}
     out = {}
     for row in run.scores.get("tasks", []):
         status = row.get("status")
@@ -198,9 +200,8 @@ def task_matrix(group: Group) -> pd.DataFrame:
     columns = {}
     for run in group.runs:
         frame = tasks_of(run)
-        scored = frame[frame[views.STATUS] == R.SCORED]
-        columns[run.run_id] = pd.Series(scored[views.SCORE].astype(float).values, index=scored[views.QID])
-        columns[run.run_id] = columns[run.run_id].reindex(frame[views.QID])
+        scores = frame[views.SCORE].astype(float).where(frame[views.STATUS] == R.SCORED)
+        columns[run.run_id] = pd.Series(scores.values, index=frame[views.QID])
     return pd.DataFrame(columns).sort_index()
 
 
