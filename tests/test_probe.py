@@ -223,3 +223,42 @@ def test_the_command_line_asks_then_writes(tmp_path, test_key):
     caps = OmegaConf.load(out).caps
     assert LIMIT["en"] * 0.95 * 0.98 - 10_000 <= caps.en <= LIMIT["en"] * 0.95
     assert "cjk: not probed" in out.read_text()
+
+
+#: Each wire format's answer and its context-length 400, as the providers send them (late 2026).
+WIRE = {
+    "anthropic": (Reply(200, {"type": "message", "role": "assistant", "content": [{"type": "text", "text": "42"}],
+                              "stop_reason": "end_turn", "usage": {"input_tokens": 9, "output_tokens": 1}}),
+                  Reply(400, {"type": "error", "error": {"type": "invalid_request_error",
+                                                         "message": "prompt is too long: 208656 tokens > 200000 maximum"}})),
+    "gemini": (Reply(200, {"candidates": [{"content": {"parts": [{"text": "42"}], "role": "model"},
+                                           "finishReason": "STOP"}]}),
+               Reply(400, {"error": {"code": 400, "status": "INVALID_ARGUMENT",
+                                     "message": "The input token count (1200293) exceeds the maximum number of "
+                                                "tokens allowed (1048576)."}})),
+}
+
+
+@pytest.mark.parametrize("provider", sorted(WIRE))
+def test_other_wire_formats_context_errors_are_read_the_same(tmp_path, test_key, provider):
+    ok, too_long = WIRE[provider]
+
+    def responder(call: Call) -> Reply:
+        return ok if len(document_of(call)) <= LIMIT["en"] else too_long
+
+    with LoopbackServer(responder) as server:
+        out = P.probe(probe_settings(tmp_path, server.url, f"model.provider={provider}", f"model.base_url={server.url}",
+                                     "probe.languages=[en]"))
+    cap = OmegaConf.load(out).caps.en
+    assert LIMIT["en"] * 0.95 * 0.98 - 10_000 <= cap <= LIMIT["en"] * 0.95
+
+
+def test_the_written_file_is_a_valid_model_config(tmp_path, test_key):
+    from wildtrace.config import ModelConfig
+
+    with LoopbackServer(windowed) as server:
+        out = P.probe(probe_settings(tmp_path, server.url, "probe.languages=[cjk]"))
+    model = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ModelConfig), OmegaConf.load(out)))
+    assert isinstance(model, ModelConfig)
+    assert model.caps.en == 2_850_000  # not probed: the model's own value, said so in a comment
+    assert "en: not probed" in out.read_text()
