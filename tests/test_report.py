@@ -273,3 +273,16 @@ def test_files_and_a_self_contained_page(runs_root, tmp_path):
     assert "<script" not in page and "<link" not in page
     alpha = json.loads((out / "judge_agreement.json").read_text())["krippendorff_alpha_interval"]
     assert alpha == pytest.approx(report.agreement["krippendorff_alpha_interval"])
+
+
+@pytest.mark.parametrize("runs,labels", [
+    ([("alpha", "trio", "abc"), ("beta", "trio", "abc")], {"alpha", "beta"}),
+    ([("alpha", "trio", "abc"), ("alpha", "duo", "ab")], {"alpha · panel=trio", "alpha · panel=duo"}),
+    ([("alpha", "trio", "abc"), ("alpha", "trio", "ab")], {"alpha · judges=a,b,c", "alpha · judges=a,b"}),
+    ([("alpha", "trio", "abc"), ("alpha", "trio", "ab"), ("alpha", "duo", "ab")],
+     {"alpha · panel=trio · judges=a,b,c", "alpha · panel=trio · judges=a,b", "alpha · panel=duo · judges=a,b"}),
+])
+def test_labels_name_what_tells_rows_of_one_model_apart(tmp_path, runs, labels):
+    for i, (model, panel, judges) in enumerate(runs):
+        write_run(tmp_path, f"r{i}", model, {k: A1[k] for k in judges}, panel=panel)
+    assert set(report_of(tmp_path).leaderboard["model"]) == labels

@@ -136,7 +136,14 @@ def group_runs(runs: Sequence[RunData]) -> list[Group]:
     return out
 
 
+def _judges_split_a_panel(by_model: dict[str, list[dict]]) -> bool:
+    """True when two rows of one model share a panel name but not its judges (a dropped judge)."""
+    return any(len({s["judges"] for s in same if s["panel"] == panel}) > 1
+               for same in by_model.values() for panel in {s["panel"] for s in same})
+
+
 def _label(groups: list[Group]) -> None:
+    """Name each group by its model and the settings that tell two rows of one model apart."""
     shown = ("route", "panel", "judges", "temperature", "max_tokens", "reasoning_effort", "release")
     settings = [setting(g.runs[0]) for g in groups]
     by_model: dict[str, list[dict]] = {}
@@ -144,8 +151,8 @@ def _label(groups: list[Group]) -> None:
         by_model.setdefault(s["model"], []).append(s)
     # a setting is shown when it tells apart two rows of the same model
     varying = [k for k in shown if any(len({str(s[k]) for s in same}) > 1 for same in by_model.values())]
-    if "panel" in varying and "judges" in varying:  # the panel's name already says it
-        varying.remove("judges")
+    if "panel" in varying and "judges" in varying and not _judges_split_a_panel(by_model):
+        varying.remove("judges")  # the panel's name already says which judges
     short = {"temperature": "t", "max_tokens": "mt", "reasoning_effort": "effort"}
     seen: dict[str, int] = {}
     for group, s in zip(groups, settings):
