@@ -138,3 +138,15 @@ def test_the_tour_shows_differences_in_seconds(tmp_path):
     assert alpha is not None and alpha < 1
     judges = report.agreement["judges"]
     assert judges["lenient"]["mean"] > judges["balanced"]["mean"] > judges["strict"]["mean"]
+
+
+def test_seed_is_pinned_and_moves_with_replicate_and_request():
+    from wildtrace.providers.offline import seed_of
+
+    body = {"model": "lexical-judge-strict", "messages": [{"role": "user", "content": "x"}], "temperature": 0.1}
+    assert seed_of(body, 0) == seed_of(dict(reversed(list(body.items()))), 0)  # key order does not matter
+    assert seed_of(body, 0) == PINNED_SEED  # changing it changes every sampled offline reply: fresh runs would disagree with cached ones
+    assert len({seed_of(body, 0), seed_of(body, 1), seed_of({**body, "temperature": 0.2}, 0)}) == 3
+
+
+PINNED_SEED = 956796148838850207
