@@ -153,7 +153,8 @@ def plan_cost(settings: ProbeSettings) -> tuple[int, int]:
                 return chars <= limit
 
             try:
-                asyncio.run(search(language, settings.min_chars, hi, settings.resolution, settings.max_requests, oracle))
+                asyncio.run(search(language, settings.min_chars, hi, settings.resolution, settings.max_requests,
+                                   oracle))
             except ProbeError:
                 pass
             worst = (max(worst[0], len(sizes)), max(worst[1], int(sum(sizes) / CHARS_PER_TOKEN[language])))
@@ -225,8 +226,8 @@ def model_yaml(cfg: ProbeRunConfig, caps: dict[str, int], found: list[Search], d
              "# context-length error counts as too long (429/5xx are retried, other errors stop the probe).",
              f"# Caps = largest size that fitted × (1 − {p.margin:g}), rounded down to {p.round_to} characters."]
     for s in found:
-        lines.append(f"#   {s.language}: fitted {s.fits} chars, did not fit "
-                     f"{s.misfits if s.misfits is not None else '(never: largest tried fitted)'}; {len(s.tried)} requests")
+        misfit = s.misfits if s.misfits is not None else "(never: the largest size tried fitted)"
+        lines.append(f"#   {s.language}: fitted {s.fits} chars, did not fit {misfit}; {len(s.tried)} requests")
     for language in sorted({"en", "cjk"} - {s.language for s in found}):
         lines.append(f"#   {language}: not probed (kept the model's value)")
     fields = {"name": m.name, "provider": m.provider, "route": m.route, "base_url": m.base_url,

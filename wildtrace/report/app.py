@@ -97,7 +97,9 @@ def _job(dict_cfg: DictConfig) -> None:
 
     columns = ["model", "overall", "overall_ci_low", "overall_ci_high", "scored", "n_scored", "n_runs"]
     print(markdown(report.leaderboard[columns]))
-    print(f"report: {out_dir / 'report.html'}" + (f"\nmlflow: run {run_id} (tag wildtrace.kind=report)" if run_id else ""))
+    print(f"report: {out_dir / 'report.html'}")
+    if run_id:
+        print(f"mlflow: run {run_id} (tag wildtrace.kind=report)")
 
 
 def main() -> None:

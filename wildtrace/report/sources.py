@@ -41,6 +41,14 @@ def _number_or_none(value: Any) -> bool:
     return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
 
 
+def _task_row_ok(row: Any) -> bool:
+    if not isinstance(row, dict) or not isinstance(row.get("question_id"), str):
+        return False
+    judges = row.get("judges", {})
+    return isinstance(judges, dict) and all(isinstance(v, dict) and _number_or_none(v.get("score"))
+                                            for v in judges.values())
+
+
 def malformed(config: Any, scores: Any) -> str | None:
     """Why these files are not a judged run the report can read (None when they are)."""
     if not isinstance(config, dict) or not isinstance(scores, dict) or not isinstance(scores.get("tasks"), list):
@@ -49,11 +57,8 @@ def malformed(config: Any, scores: Any) -> str | None:
                           ("judge_panel", ("name",))):
         if not isinstance(config.get(section), dict) or any(k not in config[section] for k in keys):
             return f"config.json has no {section} with {', '.join(keys)}"
-    for row in scores["tasks"]:
-        if not isinstance(row, dict) or not isinstance(row.get("question_id"), str) \
-                or not isinstance(row.get("judges", {}), dict) \
-                or not all(isinstance(v, dict) and _number_or_none(v.get("score")) for v in row.get("judges", {}).values()):
-            return "scores.json has a task row of the wrong shape"
+    if not all(_task_row_ok(row) for row in scores["tasks"]):
+        return "scores.json has a task row of the wrong shape"
     return None
 
 

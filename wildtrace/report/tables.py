@@ -325,10 +325,12 @@ def replicates(groups: Sequence[Group]) -> tuple[pd.DataFrame, pd.DataFrame]:
         summary.append({"model": g.label, "replicate": _varies(g), "n_runs": len(g.runs),
                         "overall_mean": overall["mean"], "overall_sd": overall["sd"], "overall_min": overall["min"],
                         "overall_max": overall["max"], "overall_range": overall["range"],
-                        "task_sd_mean": float(task_sd.mean()), "task_range_max": float((filled.max(axis=1) - filled.min(axis=1)).max())})
+                        "task_sd_mean": float(task_sd.mean()),
+                        "task_range_max": float((filled.max(axis=1) - filled.min(axis=1)).max())})
         for qid, row in filled.iterrows():
             s = stats.spread(list(row.values))
-            per_task.append({"model": g.label, views.QID: qid, **{k: s[k] for k in ("n", "mean", "sd", "min", "max", "range")}})
+            per_task.append({"model": g.label, views.QID: qid,
+                             **{k: s[k] for k in ("n", "mean", "sd", "min", "max", "range")}})
     return pd.DataFrame(summary), pd.DataFrame(per_task)
 
 
