@@ -218,6 +218,11 @@ def _counts(run: RunData) -> dict[str, int]:
             "n_out_of_context": int(statuses.get(R.OUT_OF_CONTEXT, 0)), "n_failed": int(statuses.get(R.FAILED, 0))}
 
 
+def _count(value: float) -> int | float:
+    """A count averaged over replicates: whole when they agree (the usual case), else the mean."""
+    return int(value) if float(value).is_integer() else float(value)
+
+
 def _pct(value: float | None) -> float | None:
     return None if value is None else 100.0 * value
 
@@ -242,8 +247,7 @@ def leaderboard(groups: Sequence[Group], boot: Bootstrap = Bootstrap()) -> pd.Da
             "overall": o["mean"], "overall_ci_low": _pct(olo), "overall_ci_high": _pct(ohi),
             "scored": sc["mean"], "scored_ci_low": _pct(slo), "scored_ci_high": _pct(shi),
             "n_runs": len(g.runs), "overall_sd": o["sd"], "overall_min": o["min"], "overall_max": o["max"],
-            "n_scored": float(counts["n_scored"]), "n_out_of_context": float(counts["n_out_of_context"]),
-            "n_failed": float(counts["n_failed"]), "n_tasks": float(counts["n_tasks"]),
+            **{k: _count(counts[k]) for k in ("n_scored", "n_out_of_context", "n_failed", "n_tasks")},
         })
     frame = pd.DataFrame(rows)
     return frame.sort_values("overall", ascending=False, kind="stable").reset_index(drop=True) if len(frame) else frame
@@ -271,6 +275,8 @@ def breakdowns(groups: Sequence[Group], by: str) -> pd.DataFrame:
     for g in groups:
         frames = [views.breakdown(tasks_of(r), meta, by) for r in g.runs]
         mean = pd.concat(frames).groupby(by, dropna=False, sort=True).mean(numeric_only=True).reset_index()
+        for column in ("n", "n_scored"):
+            mean[column] = mean[column].map(_count).astype(object)
         mean.insert(0, "model", g.label)
         parts.append(mean)
     if not parts:
