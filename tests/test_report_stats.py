@@ -115,3 +115,11 @@ def test_paired_difference_interval():
     assert d["ci_low"] == pytest.approx(ref.low, abs=0.002)
     assert d["ci_high"] == pytest.approx(ref.high, abs=0.002)
     assert stats.paired_difference([], []) == {"n": 0, "mean_diff": None, "ci_low": None, "ci_high": None}
+
+
+def test_a_flat_sequence_is_one_run_and_chunks_do_not_change_the_draws(monkeypatch):
+    scores = np.linspace(0, 1, 31)
+    assert stats.all_value(scores) == stats.all_value(scores[:, None]) == pytest.approx(0.5)
+    whole = stats.all_interval(scores, Bootstrap(1000, 4))
+    monkeypatch.setattr(stats, "CHUNK", 7)
+    assert stats.all_interval(scores, Bootstrap(1000, 4)) == whole

@@ -123,7 +123,7 @@ def plot_agreement(agreement: dict) -> bytes:
     return _png(fig)
 
 
-def plot_replicates(rep_tasks: pd.DataFrame, summary: pd.DataFrame) -> bytes:
+def plot_replicates(summary: pd.DataFrame) -> bytes:
     """Per row: the overall of each replicate (dots) and the mean per-task spread."""
     fig, ax = plt.subplots(figsize=(8, 0.6 * max(len(summary), 2) + 1.2))
     for i, row in enumerate(summary.itertuples(index=False)):
@@ -148,7 +148,7 @@ def plots(report: Report) -> dict[str, bytes]:
     if report.agreement["judges"]:
         out["judge_agreement.png"] = plot_agreement(report.agreement)
     if len(report.replicates):
-        out["replicates.png"] = plot_replicates(report.replicate_tasks, report.replicates)
+        out["replicates.png"] = plot_replicates(report.replicates)
     return out
 
 

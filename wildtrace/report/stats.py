@@ -7,7 +7,7 @@ per task and a column per replicate run, NaN where that run did not score the ta
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,9 +25,19 @@ class Bootstrap:
     level: float = LEVEL  #: two-sided coverage, 0.95 → the 2.5th and 97.5th percentiles
 
 
+#: Resamples gathered at once: bounds memory to CHUNK × tasks × runs floats.
+CHUNK = 250
+
+
+def as_matrix(matrix: np.ndarray | Sequence[float]) -> np.ndarray:
+    """Tasks × runs as floats; a 1-D sequence is one run's column."""
+    m = np.asarray(matrix, dtype=float)
+    return m[:, None] if m.ndim == 1 else m
+
+
 def all_value(matrix: np.ndarray) -> float | None:
     """All view of a task matrix: unscored cells count 0, mean over tasks, then over runs."""
-    m = np.atleast_2d(np.asarray(matrix, dtype=float))
+    m = as_matrix(matrix)
     if m.shape[0] == 0:
         return None
     return float(np.nan_to_num(m, nan=0.0).mean(axis=0).mean())
@@ -35,17 +45,28 @@ def all_value(matrix: np.ndarray) -> float | None:
 
 def scored_value(matrix: np.ndarray) -> float | None:
     """Scored view of a task matrix: each run's mean over the tasks it scored, then the mean over runs."""
-    m = np.atleast_2d(np.asarray(matrix, dtype=float))
-    per_run = [float(np.nanmean(col)) for col in m.T if np.isfinite(col).any()]
+    per_run = [float(np.nanmean(col)) for col in as_matrix(matrix).T if np.isfinite(col).any()]
     return float(np.mean(per_run)) if per_run else None
 
 
-def _resampled(matrix: np.ndarray, boot: Bootstrap) -> np.ndarray:
-    """(resamples, n_tasks, n_runs): the tasks drawn with replacement, each draw a whole row."""
-    m = np.atleast_2d(np.asarray(matrix, dtype=float))
-    rng = np.random.default_rng(boot.seed)
-    idx = rng.integers(0, m.shape[0], size=(boot.resamples, m.shape[0]))
-    return m[idx]
+def _all_of_draws(draws: np.ndarray) -> np.ndarray:
+    """(chunk, tasks, runs) → the All view of each draw."""
+    return np.nan_to_num(draws, nan=0.0).mean(axis=1).mean(axis=1)
+
+
+def _scored_of_draws(draws: np.ndarray) -> np.ndarray:
+    """(chunk, tasks, runs) → the Scored view of each draw (NaN when a draw scored nothing)."""
+    counts = np.isfinite(draws).sum(axis=1)  # (chunk, runs): scored tasks in each draw
+    per_run = np.where(counts > 0, np.nansum(draws, axis=1) / np.maximum(counts, 1), np.nan)
+    scored_runs = np.isfinite(per_run).sum(axis=1)
+    return np.where(scored_runs > 0, np.nansum(per_run, axis=1) / np.maximum(scored_runs, 1), np.nan)
+
+
+def _bootstrap(matrix: np.ndarray, boot: Bootstrap, statistic: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """The statistic over ``boot.resamples`` draws of whole tasks (rows) with replacement."""
+    m = as_matrix(matrix)
+    idx = np.random.default_rng(boot.seed).integers(0, m.shape[0], size=(boot.resamples, m.shape[0]))
+    return np.concatenate([statistic(m[idx[i:i + CHUNK]]) for i in range(0, boot.resamples, CHUNK)])
 
 
 def _percentiles(values: np.ndarray, level: float) -> tuple[float | None, float | None]:
@@ -59,23 +80,17 @@ def _percentiles(values: np.ndarray, level: float) -> tuple[float | None, float 
 
 def all_interval(matrix: np.ndarray, boot: Bootstrap = Bootstrap()) -> tuple[float | None, float | None]:
     """Percentile bootstrap interval of the All view, resampling tasks."""
-    if np.atleast_2d(matrix).shape[0] == 0:
+    if as_matrix(matrix).shape[0] == 0:
         return None, None
-    draws = np.nan_to_num(_resampled(matrix, boot), nan=0.0).mean(axis=1).mean(axis=1)
-    return _percentiles(draws, boot.level)
+    return _percentiles(_bootstrap(matrix, boot, _all_of_draws), boot.level)
 
 
 def scored_interval(matrix: np.ndarray, boot: Bootstrap = Bootstrap()) -> tuple[float | None, float | None]:
     """Percentile bootstrap interval of the Scored view, resampling tasks (a draw with no
     scored task has no value and is left out)."""
-    if np.atleast_2d(matrix).shape[0] == 0:
+    if as_matrix(matrix).shape[0] == 0:
         return None, None
-    draws = _resampled(matrix, boot)
-    counts = np.isfinite(draws).sum(axis=1)  # (resamples, runs): scored tasks in each draw
-    per_run = np.where(counts > 0, np.nansum(draws, axis=1) / np.maximum(counts, 1), np.nan)
-    scored_runs = np.isfinite(per_run).sum(axis=1)
-    values = np.where(scored_runs > 0, np.nansum(per_run, axis=1) / np.maximum(scored_runs, 1), np.nan)
-    return _percentiles(np.asarray(values, dtype=float), boot.level)
+    return _percentiles(_bootstrap(matrix, boot, _scored_of_draws), boot.level)
 
 
 def pearson(a: Sequence[float], b: Sequence[float]) -> float | None:
