@@ -30,9 +30,31 @@ def alpha_interval_by_hand(data: list[list[float | None]]) -> float:
     [[1.0, 0.0, 0.5], [0.5, 0.5, 0.5]],
     [[0.3, None, 0.7, 0.2, 0.9], [0.4, 0.8, 0.6, None, 1.0], [None, 0.7, 0.5, 0.1, None]],
 ], ids=["three-judges-one-gap", "two-judges", "sparse"])
-def test_krippendorff_alpha_matches_the_definition(data):
+def test_krippendorff_alpha_matches_the_definition_and_the_krippendorff_package(data):
+    import krippendorff
+
     array = np.array([[np.nan if v is None else v for v in row] for row in data])
     assert stats.krippendorff_interval(array) == pytest.approx(alpha_interval_by_hand(data), abs=1e-9)
+    package = krippendorff.alpha(reliability_data=array, level_of_measurement="interval")
+    assert stats.krippendorff_interval(array) == pytest.approx(package, abs=1e-9)
+
+
+def test_krippendorff_alpha_against_the_package_on_judge_like_scores():
+    import krippendorff
+
+    rng = np.random.default_rng(3)
+    truth = rng.integers(0, 21, size=300) * 5  # totals in steps of 5 points
+    data = np.clip(truth + rng.normal(0, 12, size=(3, 300)).round(0), 0, 100) / 100
+    data[rng.random((3, 300)) < 0.1] = np.nan  # unavailable judges
+    package = krippendorff.alpha(reliability_data=data, level_of_measurement="interval")
+    assert stats.krippendorff_interval(data) == pytest.approx(package, abs=1e-9)
+
+
+def test_krippendorff_alpha_holds_a_release_worth_of_continuous_scores():
+    rng = np.random.default_rng(0)
+    data = rng.random((3, 481 * 24))  # 24 runs of 481 tasks, all values distinct
+    alpha = stats.krippendorff_interval(data)
+    assert alpha == pytest.approx(0.0, abs=0.02)  # independent judges: no agreement beyond chance
 
 
 @pytest.mark.parametrize("data", [[[0.5, 0.5], [0.5, 0.5]], [[0.1, np.nan], [np.nan, 0.2]], [[0.3, 0.4]]],

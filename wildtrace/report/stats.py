@@ -139,19 +139,29 @@ def paired_difference(a: Sequence[float], b: Sequence[float], boot: Bootstrap = 
 
 
 def krippendorff_interval(reliability: np.ndarray) -> float | None:
-    """Krippendorff's alpha, interval metric, with the ``krippendorff`` package.
+    """Krippendorff's alpha, interval metric: 1 − D_o / D_e over pairable values.
 
-    ``reliability`` is judges × units, NaN where a judge gave no value. None when fewer
-    than two values are pairable or every value is the same (alpha is undefined).
+    ``reliability`` is judges × units, NaN where a judge gave no value; units with fewer
+    than two values drop out, as alpha defines. With δ² = (a − b)², the coincidence sums
+    have a closed form: a unit's Σ over ordered pairs of δ² is 2·m·SS (SS its sum of
+    squares about its mean), so D_o = Σ_u 2·m_u·SS_u/(m_u − 1) / n and D_e = 2·SS / (n − 1).
+    It is O(values); the ``krippendorff`` package (which the tests check this against)
+    builds a units × V × V array over the V distinct values and cannot hold a release's
+    worth of scores. None when nothing is pairable or every value is the same.
     """
-    import krippendorff
-
     data = np.asarray(reliability, dtype=float)
     if data.ndim != 2 or data.shape[0] < 2:
         return None
-    pairable = np.isfinite(data).sum(axis=0) >= 2
-    values = data[:, pairable]
-    finite = values[np.isfinite(values)]
-    if values.shape[1] == 0 or len(np.unique(finite)) < 2:
+    counts = np.isfinite(data).sum(axis=0)
+    units = data[:, counts >= 2]
+    m = counts[counts >= 2]
+    n = int(m.sum())
+    if n < 2:
         return None
-    return float(krippendorff.alpha(reliability_data=values, level_of_measurement="interval"))
+    unit_ss = np.nansum((units - np.nanmean(units, axis=0)) ** 2, axis=0)
+    values = units[np.isfinite(units)]
+    expected = 2.0 * float(((values - values.mean()) ** 2).sum()) / (n - 1)
+    if expected == 0.0:
+        return None
+    observed = float((2.0 * m * unit_ss / (m - 1)).sum()) / n
+    return 1.0 - observed / expected

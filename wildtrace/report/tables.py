@@ -40,6 +40,8 @@ class RunData:
     stats: dict  #: run_stats.json
     scores: dict  #: scores.json (headline, counts, a row per task with each judge's verdict)
     responses: list[dict] | None = None  #: responses.json rows, when read
+    #: tasks_of's result, kept: every table needs it and core.views.task_scores is not cheap
+    tasks_cache: pd.DataFrame | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass
@@ -188,8 +190,10 @@ def judgments_of(run: RunData, unit_prefix: str = "") -> pd.DataFrame:
 
 
 def tasks_of(run: RunData) -> pd.DataFrame:
-    """The run's task scores, recomputed by ``core.views.task_scores``."""
-    return views.task_scores(answer_status(run), judgments_of(run))
+    """The run's task scores, recomputed by ``core.views.task_scores`` (once per run)."""
+    if run.tasks_cache is None:
+        run.tasks_cache = views.task_scores(answer_status(run), judgments_of(run))
+    return run.tasks_cache
 
 
 def meta_of(runs: Iterable[RunData]) -> pd.DataFrame:
