@@ -126,3 +126,11 @@ def test_page_renders_in_headless_chromium(store, tmp_path):
     colour = (np.abs(pixels[..., 0] - pixels[..., 2]) > 0.3).sum()  # blue/orange/red plot marks
     assert colour > 2000
     shutil.copy(shot, Path(os.environ.get("WILDTRACE_SCREENSHOT_DIR", tmp_path)) / "report-screenshot.png")
+
+
+def test_no_runs_says_so_and_exits_1(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "wildtrace.report", f"root={tmp_path / 'outputs'}"],
+                          capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 1
+    assert "no benchmark runs found" in proc.stderr
