@@ -18,7 +18,6 @@ import datetime
 import logging
 import math
 import sys
-import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -186,12 +185,12 @@ async def _call(cfg: WildtraceConfig, key: str | None, request: Any) -> R.CallRe
     spec = dataclasses.replace(model_spec(cfg), max_concurrency=1)
     retry = RetryPolicy(cfg.retry.max_retries, cfg.retry.backoff_base_s, cfg.retry.backoff_max_s,
                         cfg.retry.retry_after_max_s)
-    with tempfile.TemporaryDirectory(prefix="wildtrace-probe-") as tmp:
-        caller = make_caller(spec, key, retry, Cache(Path(tmp), enabled=False), lambda label: None)
-        try:
-            return await caller.endpoint.call(request, 0)
-        finally:
-            await caller.endpoint.endpoint.aclose()
+    # A probe must ask the endpoint every time: the cache is off (it reads and writes nothing).
+    caller = make_caller(spec, key, retry, Cache(Path(cfg.cache.dir), enabled=False), lambda label: None)
+    try:
+        return await caller.endpoint.call(request, 0)
+    finally:
+        await caller.endpoint.endpoint.aclose()
 
 
 def _fits_via_harness(cfg: ProbeRunConfig, key: str | None, language: str) -> Callable[[int], Awaitable[bool]]:

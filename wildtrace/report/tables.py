@@ -309,7 +309,8 @@ def judge_agreement(runs: Sequence[RunData]) -> dict[str, Any]:
     for key, row in pairs.items():
         a, b = key.split("~")
         both = table[[a, b]].dropna() if a in table and b in table else pd.DataFrame(columns=[a, b])
-        row["pearson"] = row.pop("corr")
+        row.pop("corr")  # recomputed: views' std() > 0 test lets a constant float side through
+        row["pearson"] = stats.pearson(both[a], both[b]) if len(both) else None
         row["spearman"] = stats.spearman(both[a], both[b]) if len(both) else None
     alpha = stats.krippendorff_interval(table.T.to_numpy()) if table.shape[1] >= 2 else None
     return {"judges": judges, "pairs": pairs, "krippendorff_alpha_interval": alpha, "n_units": int(len(table)),
