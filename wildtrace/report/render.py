@@ -96,7 +96,7 @@ def plot_tiers(tiers: pd.DataFrame) -> bytes:
         ax.plot(part["context_tier"].astype(str), part["all"].astype(float), marker="o", label=str(model))
     ax.set_ylabel("All view (%)")
     ax.set_xlabel("context tier")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the lines, not on them
     ax.grid(alpha=0.3)
     return _png(fig)
 
