@@ -74,3 +74,11 @@ def endpoint_spec(provider: str = "openai", **overrides) -> EndpointSpec:
                 base_url="https://api.example.com/v1", api_key_env="TEST_API_KEY", max_concurrency=4, timeout_s=30.0)
     base.update(overrides)
     return EndpointSpec(**base)
+
+
+def tracked_run(cfg: WildtraceConfig, **kwargs):
+    """run() with the observer the entry point hands in (MLflow tracking when ``mlflow.enabled``)."""
+    from wildtrace.app import observer_for
+    from wildtrace.runtime.run import run
+
+    return run(cfg, observer=observer_for(cfg, kwargs.get("parent_run_id")), **kwargs)

@@ -152,7 +152,8 @@ def agreement(judgments: pd.DataFrame) -> dict[str, dict]:
                 continue
             both = table[[a, b]].dropna()
             corr = None
-            if len(both) >= 2 and both[a].std() > 0 and both[b].std() > 0:
+            # A column of equal floats has a std of ~1e-17, not 0: test the range instead.
+            if len(both) >= 2 and both[a].max() > both[a].min() and both[b].max() > both[b].min():
                 corr = float(both[a].corr(both[b]))
             out[f"{a}~{b}"] = {"mad": float((both[a] - both[b]).abs().mean()) if len(both) else None,
                                "corr": corr, "n": int(len(both))}

@@ -7,6 +7,7 @@ its score says how much of a rubric plain lexical retrieval can reach.
 from __future__ import annotations
 
 import math
+import random
 from collections import Counter
 
 from wildtrace.core.prompts import ANSWER_HEAD, ANSWER_MIDDLE
@@ -15,6 +16,9 @@ from wildtrace.offline.text import sentences, tokens
 K1, B = 1.5, 0.75
 #: The answer is the best sentences up to this many characters, in document order.
 ANSWER_CHARS = 1500
+#: At or below this temperature the baseline answers greedily: the spec decodes at 0.1,
+#: and keeping that setting deterministic keeps the default run's headline what it was.
+GREEDY_MAX_TEMPERATURE = 0.1
 
 
 def split_answer_prompt(prompt: str) -> tuple[str, str]:
@@ -41,11 +45,29 @@ def bm25_scores(query: list[str], docs: list[list[str]]) -> list[float]:
     return scores
 
 
-def extractive_answer(question: str, document: str, budget: int = ANSWER_CHARS) -> str:
-    """The highest-scoring sentences (ties: earlier first) up to ``budget`` chars, in document order."""
+def sampled_keys(scores: list[float], temperature: float, rng: random.Random) -> list[float]:
+    """Gumbel-perturbed scores: ranking by them samples sentences without replacement from
+    softmax(score / (temperature · best score)), so a higher temperature reaches further down."""
+    scale = temperature * max(scores, default=0.0)
+    if scale <= 0:
+        return list(scores)
+    # -log(-log(u)) is a standard Gumbel draw; u is kept away from 0 so log stays finite.
+    return [s / scale - math.log(-math.log(max(rng.random(), 1e-300))) if s > 0 else s for s in scores]
+
+
+def extractive_answer(question: str, document: str, budget: int = ANSWER_CHARS, temperature: float | None = None,
+                      rng: random.Random | None = None) -> str:
+    """The highest-ranked sentences (ties: earlier first) up to ``budget`` chars, in document order.
+
+    Above GREEDY_MAX_TEMPERATURE (and given an ``rng``) the ranking is sampled (see
+    ``sampled_keys``); only sentences sharing a term with the question are ever chosen.
+    """
     sents = sentences(document)
     scores = bm25_scores(tokens(question), [tokens(s) for s in sents])
-    ranked = sorted(range(len(sents)), key=lambda i: (-scores[i], i))
+    keys = scores
+    if rng is not None and temperature is not None and temperature > GREEDY_MAX_TEMPERATURE:
+        keys = sampled_keys(scores, temperature, rng)
+    ranked = sorted(range(len(sents)), key=lambda i: (-keys[i], i))
     chosen, used = [], 0
     for i in ranked:
         if scores[i] <= 0 or (chosen and used + len(sents[i]) > budget):
@@ -55,7 +77,7 @@ def extractive_answer(question: str, document: str, budget: int = ANSWER_CHARS) 
     return " ".join(sents[i] for i in sorted(chosen))
 
 
-def answer_from_prompt(prompt: str) -> str:
-    """What the baseline replies to an answer prompt."""
+def answer_from_prompt(prompt: str, temperature: float | None = None, rng: random.Random | None = None) -> str:
+    """What the baseline replies to an answer prompt (sampled above GREEDY_MAX_TEMPERATURE)."""
     question, document = split_answer_prompt(prompt)
-    return extractive_answer(question, document)
+    return extractive_answer(question, document, temperature=temperature, rng=rng)

@@ -3,17 +3,26 @@
 It awards an item's points when at least THRESHOLD of the item's content words occur in
 the response. Crude by design: it exists so the offline default exercises the same judge
 prompt, reply parser and panel mean as the paper's LLM judges.
+
+The offline panel's judges (``STRICTNESS``) differ in that threshold and, at a temperature
+above 0, wobble like a sampled LLM judge: each item's threshold moves by a seeded normal
+draw, so borderline items are sometimes awarded, sometimes not.
 """
 
 from __future__ import annotations
 
 import json
+import random
 import re
 
 from wildtrace.core.prompts import JUDGE_RESPONSE, JUDGE_RUBRIC, JUDGE_TAIL
 from wildtrace.offline.text import tokens
 
 THRESHOLD = 0.5
+#: The offline panel: route → share of an item's content words the response must contain.
+STRICTNESS = {"lexical-judge-lenient": 0.35, "lexical-judge-balanced": 0.5, "lexical-judge-strict": 0.65}
+#: Standard deviation of an item's threshold per unit of temperature (0.05 at the spec's 0.1).
+JITTER_PER_TEMPERATURE = 0.5
 _ITEM = re.compile(r"^P(\d+) \((.+?)pts\): (.*)$")
 
 
@@ -49,8 +58,21 @@ def _number(value: float) -> int | float:
     return int(value) if float(value).is_integer() else value
 
 
-def judge_reply(prompt: str) -> str:
-    """The judge's reply text for one judge prompt: ``{"points_awarded":[…],"total":…}``."""
+def _jittered(threshold: float, spread: float, rng: random.Random | None) -> float:
+    """The threshold moved by a seeded normal draw, kept within [0.05, 1] so that an item
+    with no word in the response is never awarded and a full match always is."""
+    if not spread or rng is None:
+        return threshold
+    return min(1.0, max(0.05, threshold + rng.gauss(0.0, spread)))
+
+
+def judge_reply(prompt: str, threshold: float = THRESHOLD, temperature: float | None = None,
+                rng: random.Random | None = None) -> str:
+    """The judge's reply text for one judge prompt: ``{"points_awarded":[…],"total":…}``.
+
+    With an ``rng`` and a temperature above 0, each item's threshold is jittered (seeded).
+    """
     items, response = split_judge_prompt(prompt)
-    points = [_number(p) if award(c, response) else 0 for p, c in items]
+    spread = JITTER_PER_TEMPERATURE * temperature if rng is not None and temperature else 0.0
+    points = [_number(p) if award(c, response, _jittered(threshold, spread, rng)) else 0 for p, c in items]
     return json.dumps({"points_awarded": points, "total": _number(sum(points))})

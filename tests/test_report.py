@@ -1,0 +1,288 @@
+"""The report over scripted run directories: its numbers are the runs' own, computed here by hand.
+
+Run directories are written in the shape a job writes (config.json, run_stats.json,
+scores.json): two models, a replicate, an ablation, a one-setting change and a duplicate.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats as sps
+
+from wildtrace.report import render, sources
+from wildtrace.report.stats import Bootstrap
+from wildtrace.report.tables import build
+
+QIDS = [f"q{i}" for i in range(1, 9)]
+PARADIGM = dict(zip(QIDS, ["causal", "causal", "temporal", "temporal", "causal", "temporal", "causal", "temporal"]))
+TIER = dict(zip(QIDS, ["T1", "T1", "T1", "T1", "T2", "T2", "T2", "T2"]))
+PANEL = {"a": "judge-a", "b": "judge-b", "c": "judge-c"}
+
+
+def _config(model: str, route: str, panel: str, judges: list[str], t: float, rep_d: int, rep_j: int,
+            out_dir: str) -> dict:
+    return {
+        "model": {"name": model, "provider": "openai", "route": route, "base_url": "http://x/v1", "api_key_env": "K",
+                  "send_temperature": True, "max_concurrency": 4, "timeout_s": 900.0, "extra_body": {},
+                  "reasoning": False, "budget_field": "max_tokens", "caps": {"en": 2850000, "cjk": 850000}},
+        "decoding": {"temperature": t, "max_tokens": None, "replicate": rep_d},
+        "judge_panel": {"name": panel, "temperature": 0.1, "max_tokens": 16384, "replicate": rep_j,
+                        "judges": {k: {"name": PANEL[k], "route": PANEL[k]} for k in judges}},
+        "dataset": {"name": "synthetic", "tasks": f"{out_dir}/tasks.json", "corpus": f"{out_dir}/corpus",
+                    "limit": None, "ids": None},
+        "stage": "all", "out_dir": out_dir, "root": str(Path(out_dir).parent), "progress": False,
+        "cache": {"dir": "/c", "enabled": True}, "mlflow": {"enabled": True, "tracking_uri": "sqlite:///x"},
+    }
+
+
+def write_run(root: Path, name: str, model: str, judge_scores: dict[str, list[float | None]],
+              status: dict[str, str] | None = None, panel: str = "trio", t: float = 0.1, rep_d: int = 0,
+              rep_j: int = 0, route: str | None = None, date: str = "2026-12-01T10:00:00+00:00") -> Path:
+    """One run directory; task score = mean of the judges that scored it (None = unavailable)."""
+    out = root / name
+    out.mkdir(parents=True)
+    status = status or {}
+    rows = []
+    for i, qid in enumerate(QIDS):
+        verdicts = {k: v[i] for k, v in judge_scores.items()}
+        answered = status.get(qid, "answered") == "answered"
+        available = [s for s in verdicts.values() if s is not None] if answered else []
+        score = sum(available) / len(available) if available else None
+        task_status = status.get(qid) or ("scored" if available else "unscored")
+        judges = {k: ({"status": "scored", "total": 100 * s, "score": s, "reason": None} if s is not None else
+                      {"status": "unavailable", "total": None, "score": None, "reason": "no_total"})
+                  for k, s in verdicts.items()} if answered else {}
+        rows.append({"question_id": qid, "status": task_status, "score": score, "judges": judges,
+                     "paradigm": PARADIGM[qid], "context_tier": TIER[qid]})
+    scored = [r["score"] for r in rows if r["status"] == "scored"]
+    scores = {"overall": 100 * sum(scored) / len(rows), "scored": 100 * sum(scored) / len(scored) if scored else None,
+              "n_total": len(rows), "n_scored": len(scored), "tasks": rows}
+    stats = {"run_date": date, "effective_max_tokens": 8192, "git_commit": "abc123",
+             "dataset": {"tasks_sha256": "f" * 64, "release_version": "synthetic-1"}}
+    config = _config(model, route or f"{model}-route", panel, list(judge_scores), t, rep_d, rep_j, str(out))
+    for file, data in (("config.json", config), ("run_stats.json", stats), ("scores.json", scores)):
+        (out / file).write_text(json.dumps(data), encoding="utf-8")
+    return out
+
+
+A1 = {"a": [0.2, 0.5, 0.9, 0.0, 0.4, 0.6, 1.0, 0.3], "b": [0.3, 0.5, 0.7, 0.1, None, 0.5, 0.9, 0.3],
+      "c": [0.1, 0.6, 0.8, 0.0, 0.5, 0.7, 1.0, 0.2]}
+A2 = {"a": [0.3, 0.5, 0.8, 0.1, 0.4, 0.6, 0.9, 0.4], "b": [0.3, 0.4, 0.7, 0.1, 0.3, 0.5, 0.9, 0.3],
+      "c": [0.2, 0.6, 0.8, 0.0, 0.5, 0.8, 1.0, 0.2]}
+B = {"a": [0.1, 0.2, 0.3, 0.0, 0.2, 0.1, 0.5, 0.0], "b": [0.0, 0.3, 0.2, 0.1, 0.2, 0.2, 0.4, 0.1],
+     "c": [0.1, 0.2, 0.4, 0.0, 0.1, 0.2, 0.6, 0.0]}
+B_STATUS = {"q7": "out_of_context_scope", "q8": "failed"}
+
+
+@pytest.fixture
+def runs_root(tmp_path: Path) -> Path:
+    write_run(tmp_path, "a-rep0", "alpha", A1)
+    write_run(tmp_path, "a-rep1", "alpha", A2, rep_j=1, date="2026-12-01T11:00:00+00:00")
+    write_run(tmp_path, "a-only-a", "alpha", {"a": A1["a"]}, panel="trio_only_a")  # the ablation
+    write_run(tmp_path, "a-hot", "alpha", A2, t=0.7)  # one setting changed
+    write_run(tmp_path, "b", "beta", B, status=B_STATUS)
+    return tmp_path
+
+
+def own(path: Path) -> dict:
+    return json.loads((path / "scores.json").read_text())
+
+
+def report_of(root: Path, pattern: str = "*", **boot):
+    return build(sources.from_run_dirs([str(root / pattern)]), Bootstrap(**boot) if boot else Bootstrap())
+
+
+def row(board: pd.DataFrame, needle: str) -> pd.Series:
+    hits = board[board["model"].str.contains(needle, regex=False)]
+    assert len(hits) == 1, (needle, list(board["model"]))
+    return hits.iloc[0]
+
+
+def test_leaderboard_equals_the_runs_own_numbers(runs_root):
+    report = report_of(runs_root)
+    board = report.leaderboard
+    assert list(board.columns[:6]) == ["model", "route", "panel", "release", "run_date", "overall"]
+    assert len(board) == 4  # alpha (2 replicates), alpha ablation, alpha t=0.7, beta
+    pair = row(board, "alpha · panel=trio · t=0.1")
+    assert pair["n_runs"] == 2
+    assert pair["overall"] == pytest.approx((own(runs_root / "a-rep0")["overall"] + own(runs_root / "a-rep1")["overall"]) / 2)
+    assert pair["scored"] == pytest.approx((own(runs_root / "a-rep0")["scored"] + own(runs_root / "a-rep1")["scored"]) / 2)
+    beta = row(board, "beta")
+    assert beta["overall"] == pytest.approx(own(runs_root / "b")["overall"])
+    assert beta["scored"] == pytest.approx(own(runs_root / "b")["scored"])
+    assert (beta["n_scored"], beta["n_out_of_context"], beta["n_failed"], beta["n_tasks"]) == (6, 1, 1, 8)
+    assert beta["scored"] > beta["overall"]  # zero-filled failures only pull the All view down
+    ablation = row(board, "trio_only_a")
+    assert ablation["overall"] == pytest.approx(100 * sum(A1["a"]) / 8)
+    assert list(board["overall"]) == sorted(board["overall"], reverse=True)
+    for _, r in board.iterrows():
+        assert r["overall_ci_low"] <= r["overall"] <= r["overall_ci_high"]
+        assert r["scored_ci_low"] <= r["scored"] <= r["scored_ci_high"]
+
+
+def test_single_run_interval_is_a_percentile_bootstrap_over_tasks(runs_root):
+    beta = row(report_of(runs_root, resamples=4000, seed=2).leaderboard, "beta")
+    per_task = [r["score"] or 0.0 for r in own(runs_root / "b")["tasks"]]
+    rng = np.random.default_rng(2)  # the documented method, written out: 4000 resamples of the 8 tasks
+    draws = np.array(per_task)[rng.integers(0, 8, size=(4000, 8))].mean(axis=1)
+    assert beta["overall_ci_low"] == pytest.approx(100 * np.percentile(draws, 2.5))
+    assert beta["overall_ci_high"] == pytest.approx(100 * np.percentile(draws, 97.5))
+
+
+def test_identical_runs_count_once(runs_root):
+    shutil.copytree(runs_root / "b", runs_root / "b-rerun")  # a fully cached rerun: same outcomes
+    config = json.loads((runs_root / "b-rerun" / "config.json").read_text())
+    config["out_dir"] = str(runs_root / "b-rerun")
+    (runs_root / "b-rerun" / "config.json").write_text(json.dumps(config))
+    report = report_of(runs_root)
+    assert report.n_runs_read == 6
+    assert report.duplicates == {str(runs_root / "b-rerun"): str(runs_root / "b")}
+    assert row(report.leaderboard, "beta")["n_runs"] == 1
+    assert report.provenance.set_index("run_id").loc[str(runs_root / "b"), "duplicates"] == str(runs_root / "b-rerun")
+
+
+def test_replicates_known_spread(tmp_path):
+    base = [0.5] * 8
+    for rep, shift in enumerate((-0.1, 0.0, 0.1)):  # overalls 40, 50, 60
+        write_run(tmp_path, f"r{rep}", "alpha", {"a": [s + shift for s in base]}, rep_j=rep)
+    report = report_of(tmp_path)
+    summary = report.replicates.iloc[0]
+    assert summary["replicate"] == "judge_panel"
+    assert (summary["n_runs"], summary["overall_mean"], summary["overall_sd"]) == (3, pytest.approx(50), pytest.approx(10))
+    assert (summary["overall_min"], summary["overall_max"], summary["overall_range"]) == pytest.approx((40, 60, 20))
+    assert summary["task_sd_mean"] == pytest.approx(0.1)
+    assert summary["task_range_max"] == pytest.approx(0.2)
+    tasks = report.replicate_tasks
+    assert len(tasks) == 8 and tasks["sd"].tolist() == pytest.approx([0.1] * 8)
+    assert report.leaderboard.iloc[0]["overall_sd"] == pytest.approx(10)
+
+
+def test_one_setting_comparisons_are_paired_per_task(runs_root):
+    comp = report_of(runs_root).comparisons
+    assert sorted(comp["setting"]) == ["panel", "temperature"]
+    hot = comp[comp["setting"] == "temperature"].iloc[0]
+    assert (hot["value_a"], hot["value_b"]) == (0.1, 0.7)
+    per_task = lambda scores: np.array([r["score"] or 0.0 for r in scores["tasks"]])  # noqa: E731
+    a = (per_task(own(runs_root / "a-rep0")) + per_task(own(runs_root / "a-rep1"))) / 2  # replicates averaged
+    b = per_task(own(runs_root / "a-hot"))
+    assert hot["diff_pp"] == pytest.approx(100 * float(np.mean(b - a)))
+    assert hot["n_tasks"] == 8
+    assert hot["ci_low_pp"] <= hot["diff_pp"] <= hot["ci_high_pp"]
+    panel = comp[comp["setting"] == "panel"].iloc[0]
+    assert {panel["value_a"], panel["value_b"]} == {"trio (a,b,c)", "trio_only_a (a)"}
+    assert "beta" not in " ".join(comp["a"]) + " ".join(comp["b"])  # another model is not "one setting"
+
+
+def test_matched_panel_uses_tasks_every_row_scored(runs_root):
+    matched = report_of(runs_root).matched.set_index("model")
+    assert set(matched["n"]) == {6}  # beta did not score q7 (out of context) and q8 (failed)
+    beta_tasks = {r["question_id"]: r["score"] for r in own(runs_root / "b")["tasks"]}
+    expected = 100 * np.mean([beta_tasks[q] for q in QIDS[:6]])
+    assert matched.loc[[m for m in matched.index if "beta" in m][0], "matched"] == pytest.approx(expected)
+
+
+def test_paradigm_and_tier_views(runs_root):
+    report = report_of(runs_root)
+    tiers = report.tiers[report.tiers["model"].str.contains("beta")].set_index("context_tier")
+    beta = {r["question_id"]: r for r in own(runs_root / "b")["tasks"]}
+    t2 = [beta[q]["score"] or 0.0 for q in QIDS[4:]]
+    assert tiers.loc["T2", "all"] == pytest.approx(100 * np.mean(t2))
+    assert tiers.loc["T2", "scored"] == pytest.approx(100 * np.mean([beta[q]["score"] for q in ("q5", "q6")]))
+    paradigms = report.paradigms
+    assert set(paradigms["paradigm"]) == {"causal", "temporal"} and len(paradigms) == 8
+
+
+def test_judge_agreement_pooled_over_runs(runs_root):
+    agreement = report_of(runs_root).agreement
+    # units: (run, task) with each judge's score; recompute from the scripted numbers
+    runs = {"a-rep0": A1, "a-rep1": A2, "a-only-a": {"a": A1["a"]}, "a-hot": A2, "b": B}
+    units = []
+    for name, judges in runs.items():
+        for i, qid in enumerate(QIDS):
+            if name == "b" and qid in B_STATUS:
+                continue
+            units.append({k: judges[k][i] if k in judges else None for k in "abc"})
+    frame = pd.DataFrame(units, dtype=float)
+    both = frame[["a", "b"]].dropna()
+    pair = agreement["pairs"]["a~b"]
+    assert pair["n"] == len(both) == 29
+    assert pair["pearson"] == pytest.approx(sps.pearsonr(both["a"], both["b"]).statistic)
+    assert pair["spearman"] == pytest.approx(sps.spearmanr(both["a"], both["b"]).statistic)
+    assert pair["mad"] == pytest.approx(float((both["a"] - both["b"]).abs().mean()))
+    judge_b = agreement["judges"]["b"]
+    assert judge_b["mean"] == pytest.approx(frame["b"].mean())
+    assert judge_b["unavailable_rate"] == pytest.approx(1 / 30)
+    panel = frame.mean(axis=1)
+    assert judge_b["bias"] == pytest.approx(float((frame["b"] - panel).dropna().mean()))
+    from tests.test_report_stats import alpha_interval_by_hand
+
+    by_hand = alpha_interval_by_hand([[None if math.isnan(v) else v for v in frame[k]] for k in "abc"])
+    assert agreement["krippendorff_alpha_interval"] == pytest.approx(by_hand)
+    assert agreement["n_units"] == 38  # 5 runs × 8 tasks, less beta's 2 unjudged
+
+
+def test_runs_without_scores_are_skipped(runs_root):
+    answer_only = runs_root / "answer-only"
+    answer_only.mkdir()
+    (answer_only / "config.json").write_text("{}")
+    (runs_root / "broken").mkdir()
+    (runs_root / "broken" / "config.json").write_text("{not json")
+    (runs_root / "broken" / "scores.json").write_text("[]")
+    bad_rows = write_run(runs_root, "bad-rows", "gamma", {"a": A1["a"]})
+    scores = json.loads((bad_rows / "scores.json").read_text())
+    scores["tasks"][3]["judges"] = ["not", "a", "mapping"]
+    (bad_rows / "scores.json").write_text(json.dumps(scores))
+    bad_score = write_run(runs_root, "bad-score", "epsilon", {"a": A1["a"]})
+    (bad_score / "scores.json").write_text((bad_score / "scores.json").read_text().replace('"score": 0.2', '"score": "0.2"'))
+    bad_config = write_run(runs_root, "bad-config", "delta", {"a": A1["a"]})
+    (bad_config / "config.json").write_text(json.dumps({"model": "x"}))
+    assert len(sources.from_run_dirs([str(runs_root / "*")])) == 5
+
+
+def test_markdown_table_golden():
+    frame = pd.DataFrame([{"model": "a|b", "overall": 28.25, "n": 10, "sd": None, "tiny": 0.001234}])
+    assert render.markdown(frame) == ("| model | overall | n | sd | tiny |\n|---|---|---|---|---|\n"
+                                      "| a\\|b | 28.25 | 10 | — | 0.0012 |\n")
+
+
+def test_files_and_a_self_contained_page(runs_root, tmp_path):
+    report = report_of(runs_root)
+    out = tmp_path / "report"
+    written = render.write(report, out)
+    names = {p.name for p in written}
+    assert {"leaderboard.csv", "leaderboard.md", "judge_agreement.json", "report.html", "leaderboard.png",
+            "tiers.png", "judge_agreement.png", "replicates.png", "comparisons.csv", "provenance.csv"} <= names
+    csv = pd.read_csv(out / "leaderboard.csv")
+    assert csv["overall"].tolist() == pytest.approx(report.leaderboard["overall"].tolist())
+    md = (out / "leaderboard.md").read_text()
+    assert "Matched panel — robustness check (spec §5), not the headline" in md
+    assert md.index("# WildTrace leaderboard") < md.index("Matched panel")
+    page = (out / "report.html").read_text()
+    for section in ("leaderboard", "matched-panel", "paradigms-tiers", "judge-agreement", "replicates",
+                    "comparisons", "provenance"):
+        assert f'<section id="{section}">' in page
+    assert page.count('src="data:image/png;base64,') == 4
+    assert "http://" not in page.replace("http://x/v1", "") and "https://" not in page
+    assert "<script" not in page and "<link" not in page
+    alpha = json.loads((out / "judge_agreement.json").read_text())["krippendorff_alpha_interval"]
+    assert alpha == pytest.approx(report.agreement["krippendorff_alpha_interval"])
+
+
+@pytest.mark.parametrize("runs,labels", [
+    ([("alpha", "trio", "abc"), ("beta", "trio", "abc")], {"alpha", "beta"}),
+    ([("alpha", "trio", "abc"), ("alpha", "duo", "ab")], {"alpha · panel=trio", "alpha · panel=duo"}),
+    ([("alpha", "trio", "abc"), ("alpha", "trio", "ab")], {"alpha · judges=a,b,c", "alpha · judges=a,b"}),
+    ([("alpha", "trio", "abc"), ("alpha", "trio", "ab"), ("alpha", "duo", "ab")],
+     {"alpha · panel=trio · judges=a,b,c", "alpha · panel=trio · judges=a,b", "alpha · panel=duo · judges=a,b"}),
+])
+def test_labels_name_what_tells_rows_of_one_model_apart(tmp_path, runs, labels):
+    for i, (model, panel, judges) in enumerate(runs):
+        write_run(tmp_path, f"r{i}", model, {k: A1[k] for k in judges}, panel=panel)
+    assert set(report_of(tmp_path).leaderboard["model"]) == labels

@@ -1,0 +1,5 @@
+"""``python -m wildtrace.report``."""
+
+from wildtrace.report.app import main
+
+main()

@@ -1,0 +1,111 @@
+"""The report's Hydra entry point: compose conf/report.yaml → read runs → write → log → print."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import hydra
+from hydra.core.config_store import ConfigStore
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from wildtrace.config import register
+from wildtrace.report.tables import Report
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class BootstrapConfig:
+    """Percentile bootstrap over tasks."""
+
+    resamples: int = 2000  #: resamples of the tasks
+    seed: int = 0  #: numpy seed (a report is reproducible)
+    level: float = 0.95  #: two-sided interval level
+
+
+@dataclass
+class ReportSettings:
+    """What to read and how to summarise it."""
+
+    run_dirs: list[str] = field(default_factory=list)  #: run directories or globs; non-empty → MLflow is not read
+    filter: str = ""  #: MLflow search filter on params/tags/metrics
+    max_runs: int = 1000  #: at most this many MLflow runs
+    with_responses: bool = True  #: read responses.json too
+    bootstrap: BootstrapConfig = field(default_factory=BootstrapConfig)  #: interval settings
+
+
+@dataclass
+class ReportMlflow:
+    """The store to read (unless run_dirs) and to log the report to."""
+
+    tracking_uri: str = MISSING  #: any MLflow URI; default the harness's sqlite store
+    experiment: str = "wildtrace"  #: the benchmark runs' experiment
+    log_report: bool = True  #: log the report as a run tagged wildtrace.kind=report
+
+
+@dataclass
+class ReportConfig:
+    """conf/report.yaml's schema."""
+
+    root: str = MISSING  #: the harness's outputs folder
+    mlflow: ReportMlflow = field(default_factory=ReportMlflow)  #: MLflow settings
+    report: ReportSettings = field(default_factory=ReportSettings)  #: what to read and how
+
+
+register()
+ConfigStore.instance().store(name="report_schema", node=ReportConfig)
+CONF_DIR = str(Path(__file__).resolve().parent.parent.parent / "conf")
+
+
+def make_report(cfg: ReportConfig, out_dir: Path) -> tuple[Report, str | None]:
+    """Read, build, write (and log): the importable heart of the command. Returns (Report, MLflow run id)."""
+    from wildtrace.report import render, sources
+    from wildtrace.report.stats import Bootstrap
+    from wildtrace.report.tables import build
+
+    r = cfg.report
+    if r.run_dirs:
+        runs = sources.from_run_dirs(r.run_dirs, r.with_responses)
+    else:
+        runs = sources.from_mlflow(cfg.mlflow.tracking_uri, cfg.mlflow.experiment, r.filter, r.max_runs,
+                                   r.with_responses)
+    report = build(runs, Bootstrap(r.bootstrap.resamples, r.bootstrap.seed, r.bootstrap.level))
+    render.write(report, out_dir)
+    run_id = None
+    if cfg.mlflow.log_report and runs:
+        from wildtrace.report.publish import log_report
+
+        run_id = log_report(report, out_dir, cfg.mlflow.tracking_uri, cfg.mlflow.experiment)
+    return report, run_id
+
+
+@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="report")
+def _job(dict_cfg: DictConfig) -> None:
+    cfg = OmegaConf.to_object(dict_cfg)
+    assert isinstance(cfg, ReportConfig)
+    out_dir = Path(HydraConfig.get().runtime.output_dir)
+    report, run_id = make_report(cfg, out_dir)
+    if not report.n_runs_read:
+        print("wildtrace.report: no benchmark runs found (run `python -m wildtrace` first, or pass "
+              "report.run_dirs=[...])", file=sys.stderr)
+        raise SystemExit(1)
+    from wildtrace.report.render import markdown
+
+    columns = ["model", "overall", "overall_ci_low", "overall_ci_high", "scored", "n_scored", "n_runs"]
+    print(markdown(report.leaderboard[columns]))
+    print(f"report: {out_dir / 'report.html'}")
+    if run_id:
+        print(f"mlflow: run {run_id} (tag wildtrace.kind=report)")
+
+
+def main() -> None:
+    """``python -m wildtrace.report``."""
+    _job()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""Where the report's runs come from: an MLflow store, or run directories on disk.
+
+Both give RunData from the same four files a job writes. Sweep parents (tag
+``wildtrace.sweep=parent``), reports (``wildtrace.kind=report``) and runs without
+scores.json (stage=answer) are not benchmark runs and are skipped, each with a reason.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from wildtrace.report.tables import RunData
+
+log = logging.getLogger(__name__)
+
+#: The files a run writes that the report reads (responses.json is optional).
+FILES = ("config.json", "run_stats.json", "scores.json", "responses.json")
+NOT_BENCHMARK = {"wildtrace.sweep": "parent", "wildtrace.kind": "report"}
+#: A run file larger than this is not read (a report must not be made to load anything).
+MAX_FILE_BYTES = 512 * 1024 * 1024
+
+
+def _read_json(path: Path) -> Any:
+    if not path.exists() or path.stat().st_size > MAX_FILE_BYTES:
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        log.warning("report: %s is unreadable (%s); skipped", path, exc)
+        return None
+
+
+def _number_or_none(value: Any) -> bool:
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+
+
+def _task_row_ok(row: Any) -> bool:
+    if not isinstance(row, dict) or not isinstance(row.get("question_id"), str):
+        return False
+    judges = row.get("judges", {})
+    return isinstance(judges, dict) and all(isinstance(v, dict) and _number_or_none(v.get("score"))
+                                            for v in judges.values())
+
+
+def malformed(config: Any, scores: Any) -> str | None:
+    """Why these files are not a judged run the report can read (None when they are)."""
+    if not isinstance(config, dict) or not isinstance(scores, dict) or not isinstance(scores.get("tasks"), list):
+        return "no config.json and scores.json with task rows (not a judged run)"
+    for section, keys in (("model", ("name", "route", "caps")), ("decoding", ("temperature",)),
+                          ("judge_panel", ("name",))):
+        if not isinstance(config.get(section), dict) or any(k not in config[section] for k in keys):
+            return f"config.json has no {section} with {', '.join(keys)}"
+    if not all(_task_row_ok(row) for row in scores["tasks"]):
+        return "scores.json has a task row of the wrong shape"
+    return None
+
+
+def _from_files(run_id: str, source: str, folder: Path, with_responses: bool) -> RunData | None:
+    config, stats, scores = (_read_json(folder / name) for name in FILES[:3])
+    reason = malformed(config, scores)
+    if reason:
+        log.warning("report: %s: %s; skipped", run_id, reason)
+        return None
+    responses = _read_json(folder / "responses.json") if with_responses else None
+    return RunData(run_id=run_id, source=source, config=config, stats=stats if isinstance(stats, dict) else {},
+                   scores=scores, responses=responses if isinstance(responses, list) else None)
+
+
+def expand(patterns: Sequence[str]) -> list[Path]:
+    """Run directories from paths and globs (sorted, each once); a glob matching nothing is logged."""
+    found: dict[Path, None] = {}
+    for pattern in patterns:
+        matches = sorted(glob.glob(str(Path(pattern).expanduser()))) or []
+        if not matches:
+            log.warning("report: %s matches no directory", pattern)
+        for match in matches:
+            path = Path(match).resolve()
+            if path.is_dir():
+                found[path] = None
+    return list(found)
+
+
+def from_run_dirs(patterns: Sequence[str], with_responses: bool = True) -> list[RunData]:
+    """RunData for every judged run directory the patterns name; the id is the MLflow run id if logged."""
+    runs = []
+    for folder in expand(patterns):
+        marker = _read_json(folder / "mlflow.json")
+        run_id = marker.get("run_id") if isinstance(marker, dict) and marker.get("run_id") else str(folder)
+        run = _from_files(str(run_id), "run_dir", folder, with_responses)
+        if run is not None:
+            runs.append(run)
+    return runs
+
+
+def _is_benchmark(tags: dict[str, str]) -> bool:
+    return not any(tags.get(k) == v for k, v in NOT_BENCHMARK.items())
+
+
+def from_mlflow(tracking_uri: str, experiment: str, filter_string: str = "", max_runs: int = 1000,
+                with_responses: bool = True) -> list[RunData]:
+    """Finished benchmark runs of ``experiment`` matching ``filter_string`` (MLflow's search
+    syntax on params/tags/metrics), their run files downloaded as artifacts."""
+    # One progress bar per downloaded file would bury the report's output.
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        log.warning("report: no experiment %r at %s", experiment, tracking_uri)
+        return []
+    found_runs = client.search_runs([found.experiment_id], filter_string=filter_string or "",
+                                    max_results=max_runs, order_by=["attributes.start_time ASC"])
+    runs = []
+    for mlrun in found_runs:
+        if mlrun.info.status != "FINISHED" or not _is_benchmark(mlrun.data.tags):
+            continue
+        with tempfile.TemporaryDirectory(prefix="wildtrace-report-") as tmp:
+            names = FILES if with_responses else FILES[:3]
+            present = {a.path for a in client.list_artifacts(mlrun.info.run_id)}
+            for name in names:
+                if name in present:
+                    client.download_artifacts(mlrun.info.run_id, name, tmp)
+            run = _from_files(mlrun.info.run_id, "mlflow", Path(tmp), with_responses)
+        if run is not None:
+            runs.append(run)
+    return runs
