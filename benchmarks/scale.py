@@ -68,6 +68,8 @@ KEY_ENV = "WILDTRACE_TEST_KEY"  # the name tests/conftest.py's judge entries rea
 JUDGE_ROUTES = {"claude_sonnet": "bench-judge-claude", "qwen": "bench-judge-qwen", "gemini_flash": "bench-judge-gemini"}
 FULL = ReleaseShape()
 SAMPLE_EVERY_S = 0.005
+#: Every this-many stack samples, the process CPU time is noted too (to split CPU at the last reply).
+CPU_EVERY = 10
 
 
 @dataclass(frozen=True)
@@ -164,11 +166,18 @@ def _tracking_prefixes() -> tuple[str, ...]:
 
 
 class StackSampler:
-    """Counts how often the main thread is inside given source folders (wall-time share)."""
+    """How much of the wall time the main thread spends inside given source folders.
+
+    Each sample stands for the time since the previous one: while the main thread holds the
+    GIL (CPU-bound Python) the sampler wakes late, so counting samples alone would
+    under-weight exactly that time. ``cpu_trace`` notes (time.time(), process CPU s) as it goes.
+    """
 
     def __init__(self, prefixes: tuple[str, ...], every_s: float = SAMPLE_EVERY_S) -> None:
         self.prefixes, self.every_s = prefixes, every_s
-        self.samples = self.hits = 0
+        self.samples = 0
+        self.seen_s = self.inside_s = 0.0
+        self.cpu_trace: list[tuple[float, float]] = []
         self._main = threading.main_thread().ident
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="stack-sampler", daemon=True)
@@ -181,10 +190,16 @@ class StackSampler:
         return False
 
     def _loop(self) -> None:
+        last = time.perf_counter()
         while not self._stop.wait(self.every_s):
             frame = sys._current_frames().get(self._main)
+            now = time.perf_counter()
             self.samples += 1
-            self.hits += self._in_prefixes(frame)
+            self.seen_s += now - last
+            self.inside_s += (now - last) if self._in_prefixes(frame) else 0.0
+            last = now
+            if self.samples % CPU_EVERY == 0:
+                self.cpu_trace.append((time.time(), time.process_time()))
 
     def __enter__(self) -> StackSampler:
         self._thread.start()
@@ -196,8 +211,8 @@ class StackSampler:
 
     @property
     def share(self) -> float:
-        """Fraction of samples inside the prefixes."""
-        return self.hits / self.samples if self.samples else 0.0
+        """Fraction of the sampled time spent inside the prefixes."""
+        return self.inside_s / self.seen_s if self.seen_s else 0.0
 
 
 def worker(spec_path: Path) -> None:
@@ -211,12 +226,13 @@ def worker(spec_path: Path) -> None:
     overrides = [f"model={spec['model']}", f"model.base_url={spec['url']}/v1", f"model.api_key_env={KEY_ENV}",
                  f"model.max_concurrency={spec['concurrency']}", "dataset.name=synthetic-scale", "judge_panel.name=bench-three",
                  f"dataset.tasks={spec['tasks']}", f"dataset.corpus={spec['corpus']}",
-                 "mlflow.enabled=true", "cache.enabled=true"]
+                 "mlflow.enabled=true", "cache.enabled=true", *spec["overrides"]]
     judges = {key: {**openai_judge(spec["url"], route), "max_concurrency": spec["judge_concurrency"]}
               for key, route in JUDGE_ROUTES.items()}
     cfg = settings(Path(spec["root"]), overrides, judges=judges)
     cfg.out_dir = spec["out_dir"]
     before = resource.getrusage(resource.RUSAGE_SELF)
+    cpu_at_start = time.process_time()
     started = time.perf_counter()
     with StackSampler(_tracking_prefixes()) as sampler:
         result = run(cfg)
@@ -230,7 +246,8 @@ def worker(spec_path: Path) -> None:
         "wall_s": wall, "pipeline_s": result.outcome.wall_s, "ended_at": ended_at,
         "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
         "peak_rss_mb": after.ru_maxrss * 1024 / 1e6, "mlflow_share": sampler.share, "mlflow_s": sampler.share * wall,
-        "samples": sampler.samples, "statuses": statuses, "judgments": len(result.outcome.judgments),
+        "samples": sampler.samples, "cpu_at_start": cpu_at_start, "cpu_trace": sampler.cpu_trace,
+        "statuses": statuses, "judgments": len(result.outcome.judgments),
         "harness_requests": result.stats["requests"], "cache_hits": result.stats["cache_hits"],
         "mlflow_logged": (Path(spec["out_dir"]) / "mlflow.json").exists()
         and json.loads((Path(spec["out_dir"]) / "mlflow.json").read_text()).get("status") == "logged",
@@ -277,6 +294,12 @@ def in_scope_count(release: Release, model: str) -> int:
     return sum(decide(by_id[c].chars, by_id[c].ideographs, caps).in_scope for c in release.task_docs)
 
 
+def cpu_until(trace: list[list[float]], at_start: float, moment: float) -> float | None:
+    """Process CPU spent from run()'s start to ``moment`` (the last note at or before it)."""
+    before = [cpu for t, cpu in trace if t <= moment]
+    return before[-1] - at_start if before else None
+
+
 def store_bytes(outputs: Path) -> int:
     """Size of the MLflow store: the SQLite files and the artifact folder."""
     return sum(p.stat().st_size for p in outputs.glob("mlflow.db*")) + tree_bytes(outputs / "mlartifacts")
@@ -288,9 +311,9 @@ def tree_bytes(path: Path) -> int:
 
 
 def git_commit() -> str:
-    """The measured tree's commit (with -dirty when tracked files changed)."""
+    """The measured harness's commit, with -dirty when its code or config (not the benchmark) changed."""
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "wildtrace", "conf"],
                            capture_output=True, text=True)
     return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "") if head.returncode == 0 else "unknown"
 
@@ -329,7 +352,7 @@ def _run_twice(args: argparse.Namespace, release: Release, work: Path) -> tuple[
     with endpoint(args.model, args.latency_answer, args.latency_judge) as (url, server_stats):
         spec = {"model": args.model, "url": url, "concurrency": args.concurrency,
                 "judge_concurrency": args.judge_concurrency, "tasks": str(release.tasks_path),
-                "corpus": str(release.corpus_dir), "root": str(work)}
+                "corpus": str(release.corpus_dir), "root": str(work), "overrides": args.override}
         runs: dict[str, dict] = {}
         store: dict[str, int] = {"before": store_bytes(outputs)}
         for label in ("first", "rerun"):
@@ -341,6 +364,8 @@ def _run_twice(args: argparse.Namespace, release: Release, work: Path) -> tuple[
             measured["answer_requests"] = after["answers"] - before["answers"]
             measured["tail_s"] = measured["ended_at"] - after["last_reply_end"] if measured["requests"] else None
             measured["peak_in_flight"] = after["peak_in_flight"]
+            measured["cpu_s_until_last_reply"] = cpu_until(measured.pop("cpu_trace"), measured["cpu_at_start"],
+                                                           after["last_reply_end"]) if measured["requests"] else None
             runs[label] = measured
             store[label] = store_bytes(outputs)
     return runs, store, tree_bytes(outputs / "cache")
@@ -357,6 +382,9 @@ def summarize(args: argparse.Namespace, shape: ReleaseShape, release: Release, g
         "wall_over_ideal": first["wall_s"] / ideal if ideal else None,
         "pipeline_over_ideal": first["pipeline_s"] / ideal if ideal else None,
         "cpu_ms_per_request": 1000 * first["cpu_s"] / first["requests"] if first["requests"] else None,
+        # The same up to the endpoint's last reply: the calls' own cost, without what follows them.
+        "cpu_ms_per_request_calls": 1000 * first["cpu_s_until_last_reply"] / first["requests"]
+        if first["requests"] and first["cpu_s_until_last_reply"] is not None else None,
         "cpu_over_wall": first["cpu_s"] / first["wall_s"],
         "peak_rss_mb": max(first["peak_rss_mb"], rerun["peak_rss_mb"]),
         "mlflow_share": first["mlflow_share"],
@@ -369,6 +397,7 @@ def summarize(args: argparse.Namespace, shape: ReleaseShape, release: Release, g
         "generate_s": generate_s, "corpus_bytes": corpus, "model": args.model,
         "latency_answer_s": args.latency_answer, "latency_judge_s": args.latency_judge,
         "concurrency": args.concurrency, "judge_concurrency": args.judge_concurrency, "judges": len(JUDGE_ROUTES),
+        "overrides": args.override,
         "n_tasks": len(release.task_docs), "n_in_scope": n_in, "n_out_of_context": len(release.task_docs) - n_in,
         # The ideal counts on our own caps decision; the harness must have made the same one.
         "harness_agrees_on_scope": first["statuses"].get("out_of_context_scope", 0) == len(release.task_docs) - n_in,
@@ -405,11 +434,13 @@ def render(report: dict) -> str:
         f"{report['corpus_bytes'] / mb:.1f} MB corpus ({'generated' if report['generated'] else 'cached'}); "
         f"model={report['model']} ({report['n_in_scope']} in scope, {report['n_out_of_context']} out of context)",
         f"endpoint: answers {report['latency_answer_s']} s at C={report['concurrency']}, {report['judges']} judges "
-        f"{report['latency_judge_s']} s at C={report['judge_concurrency']} each",
+        f"{report['latency_judge_s']} s at C={report['judge_concurrency']} each"
+        + (f"; overrides {' '.join(report['overrides'])}" if report["overrides"] else ""),
         f"first run: wall {f['wall_s']:.2f} s vs ideal {report['ideal_s']:.2f} s = {_num(r['wall_over_ideal'])}x "
         f"(pipeline {f['pipeline_s']:.2f} s = {_num(r['pipeline_over_ideal'])}x); {f['requests']} requests; "
         f"statuses {f['statuses']}",
-        f"  harness CPU {f['cpu_s']:.2f} s = {_num(r['cpu_ms_per_request'])} ms/request ({r['cpu_over_wall']:.2f} of a core); "
+        f"  harness CPU {f['cpu_s']:.2f} s = {_num(r['cpu_ms_per_request'])} ms/request ({r['cpu_over_wall']:.2f} of a core;"
+        f" {_num(r['cpu_ms_per_request_calls'])} ms/request up to the last reply); "
         f"peak RSS {f['peak_rss_mb']:.0f} MB",
         f"  MLflow {f['mlflow_s']:.2f} s = {100 * f['mlflow_share']:.1f} % of wall; run ended {_num(f['tail_s'])} s after "
         f"the last reply; logged: {f['mlflow_logged']}",
@@ -443,6 +474,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--model", default="qwen3-max", help="conf/model entry whose caps apply (default qwen3-max)")
     p.add_argument("--data-dir", default=str(ROOT / "outputs" / "benchmarks" / "scale"),
                    help="where generated releases are cached")
+    p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                   help="an extra Hydra override for both harness runs (repeatable), e.g. mlflow.log_documents=false")
     p.add_argument("--json", dest="json_out", default=None, help="also write the report here")
     p.add_argument("--keep", action="store_true", help="keep the temporary root (store, cache, run dirs)")
     p.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")

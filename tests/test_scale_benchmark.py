@@ -133,6 +133,34 @@ def test_in_scope_count_uses_the_models_caps(tmp_path) -> None:
     assert scale.in_scope_count(release, "qwen3-max") == SMALL.tasks  # all of these fit qwen3-max
 
 
+# --- the MLflow-share sampler --------------------------------------------------------------
+
+def test_sampler_counts_the_time_spent_inside_the_prefixes(tmp_path) -> None:
+    """Half the time busy inside a module under the prefix (called from here), half asleep outside it.
+
+    The busy half holds the GIL, so the sampler wakes late there: counted by samples it
+    would read about 0.2; weighted by time it reads about 0.5."""
+    import importlib.util
+    import time
+
+    module_path = tmp_path / "tracked" / "busy.py"
+    module_path.parent.mkdir()
+    module_path.write_text("import time\n\ndef spin(s):\n    end = time.perf_counter() + s\n"
+                           "    while time.perf_counter() < end:\n        pass\n")
+    spec = importlib.util.spec_from_file_location("busy_under_prefix", module_path)
+    busy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(busy)
+    with scale.StackSampler((str(module_path.parent),), every_s=0.002) as sampler:
+        for _ in range(4):
+            busy.spin(0.1)
+            time.sleep(0.1)
+    assert sampler.samples >= 50
+    assert 0.3 <= sampler.share <= 0.7
+    with scale.StackSampler((str(tmp_path / "elsewhere"),), every_s=0.002) as nowhere:
+        busy.spin(0.05)
+    assert nowhere.samples > 0 and nowhere.inside_s == 0.0
+
+
 # --- verdicts -------------------------------------------------------------------------------
 
 def _report(**values) -> dict:
