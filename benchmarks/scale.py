@@ -94,12 +94,13 @@ TARGETS = (
 
 # --- the endpoint (its own process) ---------------------------------------------------------
 
-def make_responder(model_route: str, latency_answer: float, latency_judge: float,
+def make_responder(latency_answer: float, latency_judge: float,
                    stats: dict, lock: threading.Lock) -> Callable[[Call], Reply]:
-    """Answers for the model route, a judge reply in the spec's shape for any other route."""
+    """A judge reply in the spec's shape for the judges' routes, an answer for any other (the model)."""
+    judge_routes = set(JUDGE_ROUTES.values())
 
     def respond(call: Call) -> Reply:
-        is_answer = call.route == model_route
+        is_answer = call.route not in judge_routes
         delay = latency_answer if is_answer else latency_judge
         with lock:
             stats["answers" if is_answer else "judges"] += 1
@@ -117,11 +118,11 @@ def make_responder(model_route: str, latency_answer: float, latency_judge: float
     return respond
 
 
-def _serve(model_route: str, latency_answer: float, latency_judge: float, pipe: Any) -> None:
+def _serve(latency_answer: float, latency_judge: float, pipe: Any) -> None:
     """The endpoint's process: a remote API does not share the client's interpreter (or GIL)."""
     stats = {"answers": 0, "judges": 0, "last_reply_end": 0.0}
     lock = threading.Lock()
-    with LoopbackServer(make_responder(model_route, latency_answer, latency_judge, stats, lock)) as server:
+    with LoopbackServer(make_responder(latency_answer, latency_judge, stats, lock)) as server:
         pipe.send(server.url)
         while pipe.recv() != "stop":
             with lock:
@@ -132,10 +133,10 @@ def _serve(model_route: str, latency_answer: float, latency_judge: float, pipe: 
 
 
 @contextmanager
-def endpoint(model_route: str, latency_answer: float, latency_judge: float) -> Iterator[tuple[str, Callable[[], dict]]]:
+def endpoint(latency_answer: float, latency_judge: float) -> Iterator[tuple[str, Callable[[], dict]]]:
     """Start the loopback endpoint in a child process; yields (url, stats())."""
     parent, child = multiprocessing.Pipe()
-    process = multiprocessing.Process(target=_serve, args=(model_route, latency_answer, latency_judge, child),
+    process = multiprocessing.Process(target=_serve, args=(latency_answer, latency_judge, child),
                                       daemon=True)
     process.start()
 
@@ -223,7 +224,8 @@ def worker(spec_path: Path) -> None:
     from conftest import openai_judge, settings
     from wildtrace.runtime.run import run
 
-    overrides = [f"model={spec['model']}", f"model.base_url={spec['url']}/v1", f"model.api_key_env={KEY_ENV}",
+    # The model entry gives the caps (and route, budget); the wire format is always OpenAI's here.
+    overrides = [f"model={spec['model']}", "model.provider=openai", f"model.base_url={spec['url']}/v1", f"model.api_key_env={KEY_ENV}",
                  f"model.max_concurrency={spec['concurrency']}", "dataset.name=synthetic-scale", "judge_panel.name=bench-three",
                  f"dataset.tasks={spec['tasks']}", f"dataset.corpus={spec['corpus']}",
                  "mlflow.enabled=true", "cache.enabled=true", *spec["overrides"]]
@@ -349,7 +351,7 @@ def measure(args: argparse.Namespace) -> dict:
 def _run_twice(args: argparse.Namespace, release: Release, work: Path) -> tuple[dict[str, dict], dict[str, int], int]:
     """The first run and its rerun on one store and cache; per-run figures, store sizes, cache size."""
     outputs = work / "outputs"
-    with endpoint(args.model, args.latency_answer, args.latency_judge) as (url, server_stats):
+    with endpoint(args.latency_answer, args.latency_judge) as (url, server_stats):
         spec = {"model": args.model, "url": url, "concurrency": args.concurrency,
                 "judge_concurrency": args.judge_concurrency, "tasks": str(release.tasks_path),
                 "corpus": str(release.corpus_dir), "root": str(work), "overrides": args.override}
