@@ -21,11 +21,12 @@ What it prints, and how each figure is defined:
   (MLflow included). Pipeline / ideal is the same for the pipeline alone (the harness's
   own ``wall_s``).
 - harness CPU per request: the worker process's CPU time (user + system, all threads)
-  during ``run()``, over the requests the endpoint received.
+  during ``run()``, over the requests the endpoint received; also up to the endpoint's
+  last reply only (the calls' own cost, without the logging that follows them).
 - peak RSS: the worker process's ``ru_maxrss``.
-- MLflow's share of the wall: a sampler looks at the main thread's stack every 5 ms; a
-  sample counts when any frame is in ``mlflow``, ``opentelemetry`` or
-  ``wildtrace/tracking``. Logging done off the main thread costs nothing here unless the
+- MLflow's share of the wall: a sampler looks at the main thread's stack every 5 ms, each
+  sample standing for the time since the previous one; it counts when any frame is in
+  ``mlflow``, ``opentelemetry`` or ``wildtrace/tracking``. Logging done off the main thread costs nothing here unless the
   run waits for it. "tail" is the time from the endpoint's last reply to run()'s return.
 - store growth: the MLflow store (``mlflow.db*`` + ``mlartifacts/``) after each run. The
   target reads "two full runs grow the store by < 25 % of the corpus" as: the second full
@@ -216,23 +217,36 @@ class StackSampler:
         return self.inside_s / self.seen_s if self.seen_s else 0.0
 
 
-def worker(spec_path: Path) -> None:
-    """Run the harness once as the spec file says; write the measurements next to it."""
-    import resource
-
-    spec = json.loads(spec_path.read_text())
+def harness_settings(spec: dict) -> Any:
+    """The run's settings by Hydra compose (tests/conftest.py's helpers), as the spec file says."""
     from conftest import openai_judge, settings
-    from wildtrace.runtime.run import run
 
     # The model entry gives the caps (and route, budget); the wire format is always OpenAI's here.
-    overrides = [f"model={spec['model']}", "model.provider=openai", f"model.base_url={spec['url']}/v1", f"model.api_key_env={KEY_ENV}",
-                 f"model.max_concurrency={spec['concurrency']}", "dataset.name=synthetic-scale", "judge_panel.name=bench-three",
+    overrides = [f"model={spec['model']}", "model.provider=openai", f"model.base_url={spec['url']}/v1",
+                 f"model.api_key_env={KEY_ENV}", f"model.max_concurrency={spec['concurrency']}",
+                 "dataset.name=synthetic-scale", "judge_panel.name=bench-three",
                  f"dataset.tasks={spec['tasks']}", f"dataset.corpus={spec['corpus']}",
                  "mlflow.enabled=true", "cache.enabled=true", *spec["overrides"]]
     judges = {key: {**openai_judge(spec["url"], route), "max_concurrency": spec["judge_concurrency"]}
               for key, route in JUDGE_ROUTES.items()}
     cfg = settings(Path(spec["root"]), overrides, judges=judges)
     cfg.out_dir = spec["out_dir"]
+    return cfg
+
+
+def _logged(out_dir: Path) -> bool:
+    marker = out_dir / "mlflow.json"
+    return marker.exists() and json.loads(marker.read_text()).get("status") == "logged"
+
+
+def worker(spec_path: Path) -> None:
+    """Run the harness once as the spec file says; write the measurements next to it."""
+    import resource
+
+    from wildtrace.runtime.run import run
+
+    spec = json.loads(spec_path.read_text())
+    cfg = harness_settings(spec)
     before = resource.getrusage(resource.RUSAGE_SELF)
     cpu_at_start = time.process_time()
     started = time.perf_counter()
@@ -251,8 +265,7 @@ def worker(spec_path: Path) -> None:
         "samples": sampler.samples, "cpu_at_start": cpu_at_start, "cpu_trace": sampler.cpu_trace,
         "statuses": statuses, "judgments": len(result.outcome.judgments),
         "harness_requests": result.stats["requests"], "cache_hits": result.stats["cache_hits"],
-        "mlflow_logged": (Path(spec["out_dir"]) / "mlflow.json").exists()
-        and json.loads((Path(spec["out_dir"]) / "mlflow.json").read_text()).get("status") == "logged",
+        "mlflow_logged": _logged(Path(spec["out_dir"])),
     }
     spec_path.with_suffix(".result.json").write_text(json.dumps(measured))
 
@@ -261,7 +274,8 @@ def run_harness(spec: dict, work: Path, label: str) -> dict:
     """One harness run in a fresh interpreter; adds its end-to-end process time."""
     spec_path = work / f"{label}.spec.json"
     spec_path.write_text(json.dumps(spec))
-    env = {**os.environ, KEY_ENV: "sk-bench-not-a-key", "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, KEY_ENV: "sk-bench-not-a-key", "PYTHONPATH": path}
     started = time.perf_counter()
     done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", str(spec_path)], env=env,
                           stdout=sys.stderr, stderr=sys.stderr, check=False, timeout=3600)
