@@ -243,6 +243,7 @@ def worker(spec_path: Path) -> None:
     """Run the harness once as the spec file says; write the measurements next to it."""
     import resource
 
+    from wildtrace.app import observer_for
     from wildtrace.runtime.run import run
 
     spec = json.loads(spec_path.read_text())
@@ -251,7 +252,7 @@ def worker(spec_path: Path) -> None:
     cpu_at_start = time.process_time()
     started = time.perf_counter()
     with StackSampler(_tracking_prefixes()) as sampler:
-        result = run(cfg)
+        result = run(cfg, observer=observer_for(cfg))  # as the entry point composes it
     wall = time.perf_counter() - started
     ended_at = time.time()
     after = resource.getrusage(resource.RUSAGE_SELF)
