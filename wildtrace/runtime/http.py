@@ -188,7 +188,9 @@ class Endpoint:
         self._slots: asyncio.Queue[httpx.AsyncBaseTransport] = asyncio.Queue()
         for slot in self._transports:
             self._slots.put_nowait(slot)
-        self.limit = AdaptiveLimit(spec.max_concurrency)
+        # The endpoint-wide pause after a 429/529 never outlasts what the retry rule itself would wait.
+        self.limit = AdaptiveLimit(spec.max_concurrency,
+                                   pause_max_s=min(60.0, retry.backoff_max_s, retry.retry_after_max_s))
         self._extensions = {"timeout": self._timeout.as_dict()}
         self.requests_sent = 0
         self.retries = 0
