@@ -47,7 +47,7 @@ def responder(call: Call) -> Reply:
         route = call.route or re.search(r"/models/([^:/]+):", call.path).group(1)
         total = judge_total(route, prompt)
         reply = json.dumps({"points_awarded": [total], "total": total})
-        return gemini(reply) if "generateContent" in call.path else chat(reply)  # streamed or not
+        return gemini(reply) if re.search(r":(stream)?[gG]enerateContent", call.path) else chat(reply)
     question = re.search(r"Question: (.*)", prompt).group(1)
     return chat(f"The document says: {question} — the seal was worn, at 03:14.")
 
