@@ -23,7 +23,6 @@ from wildtrace.files import write_json
 from wildtrace.tracking import documents
 from wildtrace.tracking.mlflow_logger import read_marker
 from wildtrace.tracking.observer import MlflowObserver
-from wildtrace.tracking.traces import FLUSH_INTERVAL_S
 
 pytestmark = pytest.mark.slow  # a real MLflow store per test: seconds each
 
@@ -143,7 +142,7 @@ def logged(tmp_path_factory):
     marker = read_marker(s.out_dir)
     for done in s.dones[:2]:
         obs.task_done(done)
-    early = wait_for_traces(s.client(), marker["run_id"], 2, timeout=FLUSH_INTERVAL_S + 20)
+    early = wait_for_traces(s.client(), marker["run_id"], 2, timeout=30)
     status_while_running = s.client().get_run(marker["run_id"]).info.status
     for done in s.dones[2:]:
         obs.task_done(done)

@@ -14,8 +14,12 @@ from typing import Any
 # MLflow 3.17 keeps at most 1000 traces in memory and 1000 queued exports, dropping the rest
 # without a word; a 481-task run must lose none. HTTP retries default to 7 with backoff,
 # minutes against a dead server: a run should say "not logged" and move on.
+# Spans reach the store in OpenTelemetry batches of 5 by default, one transaction each; 500
+# makes it one per ~100 traces, and a 1 s schedule keeps them visible while the run goes.
 for _name, _value in (("MLFLOW_TRACE_BUFFER_MAX_SIZE", "100000"),
                       ("MLFLOW_ASYNC_TRACE_LOGGING_MAX_QUEUE_SIZE", "100000"),
+                      ("MLFLOW_ASYNC_TRACE_LOGGING_MAX_SPAN_BATCH_SIZE", "500"),
+                      ("MLFLOW_ASYNC_TRACE_LOGGING_MAX_INTERVAL_MILLIS", "1000"),
                       ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2"),
                       ("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")):
     os.environ.setdefault(_name, _value)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import atexit
 import json
 import logging
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,18 @@ def summary_text(rows: list[dict], parent_run_id: str | None) -> str:
     return "\n".join(lines)
 
 
+def logs_to_stdout(logger: logging.Logger) -> bool:
+    """Whether an INFO record of ``logger`` already reaches standard output (Hydra's console handler)."""
+    current: logging.Logger | None = logger
+    while current is not None:
+        for handler in current.handlers:
+            if (isinstance(handler, logging.StreamHandler) and getattr(handler, "stream", None) is sys.stdout
+                    and handler.level <= logging.INFO):
+                return True
+        current = current.parent if current.propagate else None
+    return False
+
+
 class MlflowSweepCallback(Callback):
     """Hydra callback: a parent run around a multirun, closed whatever happens. Never raises."""
 
@@ -136,4 +149,5 @@ class MlflowSweepCallback(Callback):
                 log.warning("MLflow: could not close the sweep's parent run %s (%s)", self._parent, exc)
         text = summary_text(job_rows(self._sweep_dir), self._parent)
         log.info("%s", text)
-        print(text, flush=True)  # the multirun's headline
+        if not logs_to_stdout(log):
+            print(text, flush=True)  # the multirun's headline, once on the terminal
