@@ -119,7 +119,7 @@ def scripted_run(tmp: Path, name: str = "run", n: int = 4, cached: frozenset = f
 
 def traces_of(client: MlflowClient, run_id: str, spans: bool = True) -> list:
     run = client.get_run(run_id)
-    return client.search_traces(locations=[run.info.experiment_id], run_id=run_id, max_results=1000,
+    return client.search_traces(locations=[run.info.experiment_id], run_id=run_id, max_results=500,
                                 include_spans=spans)
 
 

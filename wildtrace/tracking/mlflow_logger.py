@@ -222,29 +222,40 @@ def complete_run(target: Target, rd: RunDir, parent_run_id: str | None, exporter
     return target.run_id
 
 
-def resumable(target: Target, run_id: str | None) -> bool:
-    """Whether ``run_id`` is a run of this store that a new upload should complete."""
+def resumable(client: Any, run_id: str | None, experiment: str | None) -> Any:
+    """The run ``run_id`` of this store, if a new upload should complete it (else None).
+
+    ``experiment``: when named, the run must belong to it (otherwise a new run is logged there).
+    """
     if not run_id:
-        return False
+        return None
     try:
-        run = target.client.get_run(run_id)
+        run = client.get_run(run_id)
+        wanted = client.get_experiment_by_name(experiment) if experiment else None
     except Exception:  # noqa: BLE001 - not in this store (or deleted): log a new run
-        return False
-    return run.info.lifecycle_stage == "active" and run.info.experiment_id == target.experiment_id
+        return None
+    if run.info.lifecycle_stage != "active" or (experiment and (not wanted or wanted.experiment_id != run.info.experiment_id)):
+        return None
+    return run
 
 
 def log_run_dir(path: str | Path, parent_run_id: str | None = None, tracking_uri: str | None = None,
                 experiment: str | None = None, resume_run_id: str | None = None) -> str:
     """Log one run directory as one MLflow run; returns its run id. Raises on MLflow trouble.
 
-    ``resume_run_id``: complete that run (a half-logged one) instead of creating another.
+    ``resume_run_id``: complete that run (a half-logged one, in whichever experiment it was
+    created) instead of creating another.
     """
     rd = read_run_dir(path)
-    target = open_target(tracking_uri or rd.mlflow["tracking_uri"], rd.config, experiment)
-    if resumable(target, resume_run_id):
-        target.run_id = str(resume_run_id)
+    uri = tracking_uri or rd.mlflow["tracking_uri"]
+    location = default_artifact_location(uri, rd.mlflow.get("artifact_location"), rd.config["root"])
+    client = client_for(uri)
+    run = resumable(client, resume_run_id, experiment)
+    if run is not None:
+        target = Target(client, uri, run.info.experiment_id, run.info.run_id, location)
     else:
-        create_run(target, rd.config, rd.stats, str(rd.path), rd.stats.get("run_date"), parent_run_id)
+        target = create_run(open_target(uri, rd.config, experiment), rd.config, rd.stats, str(rd.path),
+                            rd.stats.get("run_date"), parent_run_id)
     write_marker(rd.path, RUNNING, target, parent_run_id)
     complete_run(target, rd, parent_run_id)
     write_marker(rd.path, PARTIAL if rd.status == "partial" else LOGGED, target, parent_run_id)

@@ -21,6 +21,8 @@ from wildtrace.tracking.traces import TraceExporter, TraceTarget
 
 #: RunEnd.status → the MLflow status a run that cannot be logged is closed with.
 CLOSE_STATUS = {"finished": "FAILED", "partial": "KILLED", "failed": "FAILED"}
+#: How long a run whose store is failing still waits for traces in flight.
+FAILING_WAIT_S = 15.0
 
 
 class MlflowObserver(RunObserver):
@@ -81,6 +83,9 @@ class MlflowObserver(RunObserver):
             complete_run(self.target, rd, self.parent_run_id, self.exporter)
         except Exception as exc:  # noqa: BLE001 - MLflow trouble must never cost results
             reason = reason_of(exc)
+            if self.exporter is not None:  # the store is failing: do not wait on its trace retries
+                self.exporter.close(FAILING_WAIT_S)
+                self.exporter = None
             if self.target is not None:
                 terminate_quietly(self.target.client, self.target.run_id, CLOSE_STATUS.get(end.status, "FAILED"))
             write_marker(path, NOT_LOGGED, self.target, self.parent_run_id, reason)

@@ -20,6 +20,8 @@ for _name, _value in (("MLFLOW_TRACE_BUFFER_MAX_SIZE", "100000"),
                       ("MLFLOW_ASYNC_TRACE_LOGGING_MAX_QUEUE_SIZE", "100000"),
                       ("MLFLOW_ASYNC_TRACE_LOGGING_MAX_SPAN_BATCH_SIZE", "500"),
                       ("MLFLOW_ASYNC_TRACE_LOGGING_MAX_INTERVAL_MILLIS", "1000"),
+                      # a trace export retries 500 s against a dead server (per trace, at exit too)
+                      ("MLFLOW_ASYNC_TRACE_LOGGING_RETRY_TIMEOUT", "10"),
                       ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2"),
                       ("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")):
     os.environ.setdefault(_name, _value)
