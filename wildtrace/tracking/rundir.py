@@ -82,6 +82,11 @@ def metric_name(*parts: str) -> str:
     return ".".join(re.sub(r"[^A-Za-z0-9_\-/ ]", "_", str(p)) for p in parts)
 
 
+def tag_part(text: Any) -> str:
+    """A warning code or endpoint label as one part of a tag key (letters, digits, _ - only)."""
+    return re.sub(r"[^A-Za-z0-9_\-]", "_", str(text))
+
+
 def temperature_sent(config: Mapping, stats: Mapping) -> bool:
     """Whether the model under test really received a temperature.
 
@@ -144,13 +149,13 @@ def warning_tags(stats: Mapping) -> dict[str, str]:
     tags: dict[str, str] = {}
     for w in stats.get("warnings", []) or []:
         if isinstance(w, Mapping) and w.get("code"):
-            tags[f"wildtrace.warning.{metric_name(w['code'])}"] = str(w.get("message", ""))[:MAX_TAG_CHARS]
+            tags[f"wildtrace.warning.{tag_part(w['code'])}"] = str(w.get("message", ""))[:MAX_TAG_CHARS]
     served = stats.get("served_models", {}) or {}
     for label, models in served.items():
-        key = "model.served" if label == "model" else f"judge.{metric_name(label)}.served"
+        key = "model.served" if label == "model" else f"judge.{tag_part(label)}.served"
         tags[key] = ",".join(map(str, models))[:MAX_TAG_CHARS]
     for label in stats.get("temperature_dropped", []) or []:
-        tags[f"temperature.sent.{metric_name(label)}"] = "false"
+        tags[f"temperature.sent.{tag_part(label)}"] = "false"
     return tags
 
 
