@@ -280,9 +280,8 @@ def log_run_dir_safely(path: str | Path, parent_run_id: str | None = None) -> st
     runtime's end-of-run call until it hands events to ``MlflowObserver`` instead.)
     """
     path = Path(path)
-    marker = read_marker(path)
-    try:
-        return log_run_dir(path, parent_run_id, resume_run_id=marker.get("run_id"))
+    try:  # a run that just ended is a new MLflow run, even in a reused directory
+        return log_run_dir(path, parent_run_id)
     except Exception as exc:  # noqa: BLE001 - MLflow trouble must never cost results
         reason = reason_of(exc)
         after = read_marker(path)
