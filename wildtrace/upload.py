@@ -11,11 +11,8 @@ without repeating the traces already stored.
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from pathlib import Path
-
-log = logging.getLogger("wildtrace.upload")
 
 
 def plan(marker: dict, tracking_uri: str | None, force: bool) -> tuple[str, str | None]:
@@ -46,7 +43,6 @@ def upload_one(run_dir: Path, tracking_uri: str | None, experiment: str | None, 
         run_id = log_run_dir(run_dir, parent or marker.get("parent_run_id"), uri, experiment,
                              resume_run_id=run_id if action == "resume" else None)
     except Exception as exc:  # noqa: BLE001 - report and go on with the next directory
-        log.error("%s: not logged: %s", run_dir, reason_of(exc))
         print(f"wildtrace-upload: {run_dir}: not logged: {reason_of(exc)}", file=sys.stderr)
         return 2
     print(f"{run_dir}: {'completed' if action == 'resume' else 'logged as'} MLflow run {run_id}")
