@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,7 @@ MARKER = "mlflow.json"
 RUNNING, LOGGED, PARTIAL, NOT_LOGGED = "running", "logged", "partial", "not_logged"
 #: How long the end of a run waits for the trace thread before leaving the rest to upload.
 TRACE_WAIT_S = 600.0
+DATASET_ATTEMPTS = 3
 
 
 @dataclass
@@ -131,6 +133,7 @@ def _batches(items: list, size: int) -> Iterator[list]:
 def log_dataset(client: Any, run_id: str, rd: RunDir) -> None:
     """The tasks file as the run's MLflow dataset input: name, release, digest (tasks sha256)."""
     from mlflow.entities import Dataset, DatasetInput, InputTag
+    from mlflow.exceptions import MlflowException
 
     d = rd.stats.get("dataset") or {}
     sha = d.get("tasks_sha256")
@@ -142,7 +145,17 @@ def log_dataset(client: Any, run_id: str, rd: RunDir) -> None:
     profile = {k: d.get(k) for k in ("tasks_sha256", "release_version", "freeze_id", "n_tasks")}
     dataset = Dataset(name=name, digest=sha[:12], source_type="local", source=json.dumps({"uri": d.get("tasks")}),
                       profile=json.dumps(profile))
-    client.log_inputs(run_id, datasets=[DatasetInput(dataset, tags=[InputTag("mlflow.data.context", "eval")])])
+    given = [DatasetInput(dataset, tags=[InputTag("mlflow.data.context", "eval")])]
+    for attempt in range(DATASET_ATTEMPTS):
+        try:
+            client.log_inputs(run_id, datasets=given)
+            return
+        except MlflowException as exc:
+            # Parallel jobs insert the same dataset at once and one loses on MLflow's unique
+            # constraint; a second try finds the row the other wrote.
+            if attempt == DATASET_ATTEMPTS - 1:
+                log.warning("MLflow: dataset input not logged (%s)", reason_of(exc))
+            time.sleep(0.2 * (attempt + 1))
 
 
 def log_contents(target: Target, rd: RunDir, parent_run_id: str | None) -> None:
