@@ -1,4 +1,12 @@
-"""The pure core stays pure: no I/O library is imported by core/ or offline/."""
+"""The layers stay one-way, checked on the package's own imports (function-level ones too).
+
+core/ and offline/ are pure (no I/O library, no other layer but core); providers speak wire
+formats only (core, and offline/ for the offline provider); runtime never imports tracking, report or the entry points;
+tracking never imports runtime; only tracking/ and report/ import MLflow; no module imports
+itself back through others.
+"""
+
+from __future__ import annotations
 
 import ast
 from pathlib import Path
@@ -9,17 +17,99 @@ PACKAGE = Path(__file__).resolve().parents[1] / "wildtrace"
 FORBIDDEN = {"httpx", "mlflow", "hydra", "omegaconf", "tqdm", "huggingface_hub", "os", "pathlib", "socket",
              "asyncio", "requests", "urllib", "subprocess", "shutil", "tempfile", "io"}
 PURE = sorted((PACKAGE / "core").glob("*.py")) + sorted((PACKAGE / "offline").glob("*.py"))
+#: layer → the wildtrace layers it may import (besides itself).
+#: providers may reach offline/ too: the offline provider's wire format IS the pure baseline and judge.
+ALLOWED = {"core": {"core"}, "offline": {"core", "offline"}, "providers": {"core", "offline", "providers"}}
+#: layer → wildtrace layers it must never import.
+NEVER = {"runtime": {"tracking", "report", "app", "upload"}, "tracking": {"runtime", "app"}}
+
+
+def module_name(path: Path, root: Path) -> str:
+    """wildtrace/core/views.py → wildtrace.core.views (a package's __init__ is the package)."""
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path, root: Path) -> list[str]:
+    """Every module name ``path`` imports, anywhere in the file, relative imports resolved."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    here = module_name(path, root).split(".")
+    package = here if path.name == "__init__.py" else here[:-1]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package[:len(package) - node.level + 1] + ([base] if base else []))
+            found += [base] + [f"{base}.{alias.name}" for alias in node.names]  # `from a import b` may be module a.b
+    return found
+
+
+def graph(root: Path) -> dict[str, set[str]]:
+    """Module → the package's own modules it imports."""
+    modules = {module_name(p, root): p for p in root.rglob("*.py")}
+    return {name: {m for m in imports_of(path, root) if m in modules and m != name} for name, path in modules.items()}
+
+
+def layer(module: str) -> str:
+    """wildtrace.runtime.run → runtime; wildtrace.app → app."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def layer_violations(edges: dict[str, set[str]]) -> list[str]:
+    """Every import that goes against the layer order, as "a -> b"."""
+    bad = []
+    for source, targets in edges.items():
+        for target in targets:
+            src, dst = layer(source), layer(target)
+            if dst == "wildtrace":  # the package root (its version) is fine for everyone
+                continue
+            if (src in ALLOWED and dst not in ALLOWED[src]) or dst in NEVER.get(src, set()):
+                bad.append(f"{source} -> {target}")
+    return sorted(bad)
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Import cycles (strongly connected components of more than one module), by Tarjan's algorithm."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
 
 
 def imported_roots(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    roots = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            roots.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            roots.add(node.module.split(".")[0])
-    return roots
+    """Top-level names of the absolute imports of a file."""
+    return {m.split(".")[0] for m in imports_of(path, PACKAGE) if m}
 
 
 @pytest.mark.parametrize("path", PURE, ids=lambda p: f"{p.parent.name}/{p.name}")
@@ -35,5 +125,45 @@ def test_providers_only_speak_wire_formats(path):
 
 def test_only_tracking_and_report_import_mlflow():
     users = {p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py") if "mlflow" in imported_roots(p)}
-    allowed = {p.relative_to(PACKAGE).as_posix() for room in ("tracking", "report") for p in (PACKAGE / room).glob("*.py")}
-    assert users <= allowed
+    assert {u.split("/")[0] for u in users} <= {"tracking", "report"}, users
+
+
+def test_layers_are_one_way():
+    assert layer_violations(graph(PACKAGE)) == []
+
+
+def test_no_import_cycles():
+    assert cycles(graph(PACKAGE)) == []
+
+
+def write_package(root: Path, files: dict[str, str]) -> Path:
+    """A throwaway package named wildtrace under root, for checking the checker."""
+    pkg = root / "wildtrace"
+    for name, text in {"__init__.py": "", **files}.items():
+        path = pkg / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        (path.parent / "__init__.py").touch()
+        path.write_text(text, encoding="utf-8")
+    return pkg
+
+
+@pytest.mark.parametrize(("files", "expected"), [
+    ({"runtime/run.py": "def f():\n    from wildtrace.tracking.log import x\n", "tracking/log.py": "x = 1\n"},
+     ["wildtrace.runtime.run -> wildtrace.tracking.log"]),  # a function-level back-import
+    ({"tracking/log.py": "from ..runtime import pipe\n", "runtime/pipe.py": ""},
+     ["wildtrace.tracking.log -> wildtrace.runtime", "wildtrace.tracking.log -> wildtrace.runtime.pipe"]),  # relative
+    ({"core/caps.py": "import wildtrace.runtime.cache\n", "runtime/cache.py": ""},
+     ["wildtrace.core.caps -> wildtrace.runtime.cache"]),
+    ({"providers/openai.py": "from wildtrace.files import write_json\n", "files.py": ""},
+     ["wildtrace.providers.openai -> wildtrace.files"]),
+    ({"runtime/run.py": "from wildtrace.core import caps\nfrom wildtrace.files import w\n", "core/caps.py": "",
+      "files.py": ""}, []),
+])
+def test_the_layer_check_catches_back_imports(tmp_path, files, expected):
+    assert layer_violations(graph(write_package(tmp_path, files))) == expected
+
+
+def test_the_cycle_check_catches_a_hidden_cycle(tmp_path):
+    pkg = write_package(tmp_path, {"tracking/a.py": "from wildtrace.tracking import b\n",
+                                   "tracking/b.py": "def f():\n    from wildtrace.tracking.a import x\n"})
+    assert cycles(graph(pkg)) == [["wildtrace.tracking.a", "wildtrace.tracking.b"]]

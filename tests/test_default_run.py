@@ -68,7 +68,9 @@ def test_default_run_is_logged_to_mlflow(default_run):
     assert run.data.params["model.route"] == "extractive-bm25"
     assert run.data.params["model.caps.en"] == "2850000"
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
-    assert {"scores.json", "responses.json", "judgments.json", "hydra", "tables", "documents"} <= artifacts
+    assert {"scores.json", "responses.json", "judgments.json", "hydra", "tables"} <= artifacts
+    assert "documents" not in artifacts  # stored once per store, by sha256, and referenced
+    assert "wildtrace.documents_run_id" in run.data.tags
     hydra_files = {Path(a.path).name for a in client.list_artifacts(run.info.run_id, "hydra")}
     assert {"config.yaml", "overrides.yaml"} <= hydra_files
     assert Path(experiment.artifact_location.removeprefix("file://")).is_relative_to(cwd / "outputs")

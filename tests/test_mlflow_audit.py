@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
 
-from conftest import TEST_KEY_ENV, make_task, openai_judge, settings, write_release
+from conftest import TEST_KEY_ENV, make_task, openai_judge, settings, tracked_run, write_release
 from loopback import Call, LoopbackServer, Reply, chat
 from wildtrace import upload
-from wildtrace.runtime.run import run
+from wildtrace.tracking import documents
+
 
 pytestmark = pytest.mark.slow
 DOC = "The seal was worn. The pump failed at 03:14. " * 20
@@ -51,7 +53,7 @@ def audited(tmp_path_factory):
                              f"model.api_key_env={TEST_KEY_ENV}", "model.caps.en=2000", f"dataset.tasks={tasks_path}",
                              f"dataset.corpus={corpus}", "mlflow.enabled=true"],
                        judges={"a": openai_judge(server.url, "judge-a"), "b": openai_judge(server.url, "judge-b")})
-        result = run(cfg)
+        result = tracked_run(cfg)
     leaked = os.environ.get("MLFLOW_TRACKING_URI")
     mp.undo()
     client = store(tmp)
@@ -96,7 +98,8 @@ def test_params_and_tags(audited):
     assert t["dataset.tasks_sha256"] == audited["result"].stats["dataset"]["tasks_sha256"]
     assert t["wildtrace.git_commit"] and t["run_date"].startswith("20") and "cap" in t["context_policy"]
     assert t["replicate.decoding"] == "0" and t["replicate.judge_panel"] == "0"
-    assert mlrun.info.run_name == "custom · offline · t=0.1 mt=8192"
+    assert re.fullmatch(r"custom · offline · t=0\.1 mt=8192 · rep=0/0 · \d\d-\d\d \d\d:\d\d:\d\d", mlrun.info.run_name)
+    assert p["decoding.temperature_sent"] == "true"
 
 
 def test_every_answer_reply_and_caps_decision_is_in_the_artifacts(audited):
@@ -119,9 +122,16 @@ def test_every_answer_reply_and_caps_decision_is_in_the_artifacts(audited):
         assert name in {a.path for a in audited["client"].list_artifacts(audited["runs"][0].info.run_id)}
 
 
-def test_documents_logged_once(audited):
-    docs = audited["client"].list_artifacts(audited["runs"][0].info.run_id, "documents/corpus")
-    assert sorted(Path(d.path).name for d in docs) == ["doc.txt", "long.txt"]
+def test_documents_stored_once_in_the_store_and_referenced(audited):
+    client, mlrun = audited["client"], audited["runs"][0]
+    store = mlrun.data.tags[documents.RUN_TAG]
+    assert "documents" not in {a.path for a in client.list_artifacts(mlrun.info.run_id)}
+    stored = {Path(a.path).name for a in client.list_artifacts(store, "documents")}
+    by_sha = {r["document"]["sha256"]: r["document"]["corpus_file"] for r in audited["responses"]}
+    assert stored == set(by_sha)
+    tasks = {r["question_id"]: r for r in table(audited, "tables/tasks.json")}
+    sha = tasks["ok1"]["document_sha256"]
+    assert tasks["ok1"]["document_uri"] == f"runs:/{store}/documents/{sha}/doc.txt"
 
 
 def test_one_trace_per_task_with_judge_feedback(audited):
@@ -149,14 +159,14 @@ def closed_port() -> int:
         return s.getsockname()[1]
 
 
-def test_tracking_server_down_costs_nothing_and_upload_logs_later(tmp_path, capsys):
+def test_tracking_server_down_costs_nothing_and_upload_logs_later(tmp_path, caplog):
     cfg = settings(tmp_path, ["mlflow.enabled=true", f"mlflow.tracking_uri=http://127.0.0.1:{closed_port()}",
                               "dataset.limit=3"])
-    result = run(cfg)
+    result = tracked_run(cfg)
     assert result.summary["n_total"] == 3 and (result.out_dir / "scores.json").exists()
     marker = json.loads((result.out_dir / "mlflow.json").read_text())
     assert marker["status"] == "not_logged"
-    assert f"python -m wildtrace.upload {result.out_dir}" in capsys.readouterr().err
+    assert f"python -m wildtrace.upload {result.out_dir}" in caplog.text
     uri = f"sqlite:///{tmp_path / 'later.db'}"
     assert upload.main([str(result.out_dir), "--tracking-uri", uri]) == 0
     client = MlflowClient(tracking_uri=uri)
@@ -167,10 +177,11 @@ def test_tracking_server_down_costs_nothing_and_upload_logs_later(tmp_path, caps
 
 
 def test_documents_can_be_left_out(tmp_path):
-    result = run(settings(tmp_path, ["mlflow.enabled=true", "mlflow.log_documents=false", "dataset.limit=2"]))
+    result = tracked_run(settings(tmp_path, ["mlflow.enabled=true", "mlflow.log_documents=false", "dataset.limit=2"]))
     client = store(tmp_path)
     (mlrun,) = client.search_runs([client.get_experiment_by_name("wildtrace").experiment_id])
     assert "documents" not in {a.path for a in client.list_artifacts(mlrun.info.run_id)}
+    assert documents.RUN_TAG not in mlrun.data.tags and client.get_experiment_by_name(documents.EXPERIMENT) is None
     assert result.summary["n_total"] == 2
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TEST_KEY_ENV, make_task, openai_judge, settings, write_release
+from conftest import TEST_KEY_ENV, make_task, openai_judge, settings, tracked_run, write_release
 from loopback import Call, LoopbackServer, Reply, chat, chat_stream, error, sse
 from wildtrace.core import records as R
 from wildtrace.runtime.run import run
@@ -221,7 +221,7 @@ def test_a_401_that_echoes_the_key_leaves_no_trace_of_it(tmp_path, release, test
 
     with LoopbackServer(responder) as server:
         cfg = settings(tmp_path, model_overrides(server, release, "mlflow.enabled=true"), judges=judges(server))
-        result = run(cfg)
+        result = tracked_run(cfg)
     assert result.exit_code == 1
     out, err = capfd.readouterr()
     for text in (run_files_text(tmp_path / "outputs"), run_files_text(result.out_dir), out, err):

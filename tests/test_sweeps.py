@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from conftest import TEST_KEY_ENV, make_task, openai_judge, settings, write_release
+from conftest import TEST_KEY_ENV, make_task, openai_judge, settings, tracked_run, write_release
 from loopback import Call, LoopbackServer, Reply, chat
-from wildtrace.runtime.run import run
+
 
 pytestmark = pytest.mark.slow
 
@@ -80,12 +80,12 @@ def test_ablation_sends_nothing_and_replicates_are_tagged(tmp_path, test_key):
         base = ["model=custom", "model.route=test-model", f"model.base_url={server.url}/v1",
                 f"model.api_key_env={TEST_KEY_ENV}", f"dataset.tasks={tasks}", f"dataset.corpus={corpus}",
                 "mlflow.enabled=true"]
-        full = run(settings(tmp_path, base, judges=panel))
+        full = tracked_run(settings(tmp_path, base, judges=panel))
         sent = len(server.calls)
-        alone = run(settings(tmp_path, base, judges={"b": panel["b"]}))
-        without = run(settings(tmp_path, base, judges={"a": panel["a"], "c": panel["c"]}))
+        alone = tracked_run(settings(tmp_path, base, judges={"b": panel["b"]}))
+        without = tracked_run(settings(tmp_path, base, judges={"a": panel["a"], "c": panel["c"]}))
         assert len(server.calls) == sent  # an ablation of a panel already run sends no request
-        rerun = run(settings(tmp_path, [*base, "judge_panel.replicate=1"], judges=panel))
+        rerun = tracked_run(settings(tmp_path, [*base, "judge_panel.replicate=1"], judges=panel))
         assert [c.route for c in server.calls[sent:]].count("test-model") == 0  # only judge calls
         assert len(server.calls) - sent == 9
     assert full.summary["overall"] == pytest.approx(60.0)
@@ -101,7 +101,7 @@ def test_many_tasks_lose_no_trace(tmp_path):
     n = 1100
     tasks, corpus = write_release(tmp_path, [make_task(f"t{i:04d}", f"What failed at step {i}?", "doc.txt")
                                              for i in range(n)], {"doc.txt": "The seal was worn at step one. " * 5})
-    result = run(settings(tmp_path, [f"dataset.tasks={tasks}", f"dataset.corpus={corpus}", "mlflow.enabled=true",
+    result = tracked_run(settings(tmp_path, [f"dataset.tasks={tasks}", f"dataset.corpus={corpus}", "mlflow.enabled=true",
                                      "mlflow.log_documents=false"]))
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'outputs' / 'mlflow.db'}")
     (mlrun,) = client.search_runs([client.get_experiment_by_name("wildtrace").experiment_id])
@@ -110,10 +110,29 @@ def test_many_tasks_lose_no_trace(tmp_path):
     assert len(traces) == n == result.summary["n_total"]
 
 
-def test_a_failing_last_job_still_leaves_a_closed_parent(tmp_path):
+@pytest.mark.parametrize(("limits", "logged"), [
+    ("2,0", ["2"]),  # the last job fails: Hydra skips on_multirun_end
+    ("0,2", []),  # the first job fails: its SystemExit ends the sweep before the second job
+    ("0,0", []),  # every job fails
+], ids=["last-fails", "first-fails", "all-fail"])
+def test_a_failing_job_never_leaves_a_running_parent(tmp_path, limits, logged):
     proc = subprocess.run([sys.executable, "-m", "wildtrace", "-m", f"root={tmp_path / 'outputs'}", "progress=false",
-                           "dataset.limit=2,0"], env=env(), capture_output=True, text=True, timeout=300)
+                           f"dataset.limit={limits}"], env=env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "dataset.limit must be at least 1" in proc.stderr
     client, parent, children = parent_and_children(f"sqlite:///{tmp_path / 'outputs' / 'mlflow.db'}")
-    assert parent.info.status == "FINISHED"  # closed by the child that finished, not by on_multirun_end
-    assert [c.data.params["dataset.limit"] for c in children] == ["2"]
+    assert parent.info.status == "FAILED"  # closed by the exit hook, not left RUNNING
+    assert [c.data.params["dataset.limit"] for c in children] == logged
+    assert all(c.info.status == "FINISHED" for c in children)
+    assert f"mlflow parent run: {parent.info.run_id}" in proc.stdout
+    assert "failed" in proc.stdout.split("multirun:")[1]  # the summary names the job that failed
+
+
+def test_multirun_ends_with_a_summary_of_its_jobs(tmp_path):
+    proc = sweep(tmp_path, "decoding.temperature=0.0,0.3")
+    client, parent, children = parent_and_children(f"sqlite:///{tmp_path / 'outputs' / 'mlflow.db'}")
+    summary = proc.stdout.split("multirun:")[1]
+    assert " 2 jobs" in summary.splitlines()[0] and f"mlflow parent run: {parent.info.run_id}" in summary
+    for child in children:
+        line = next(x for x in summary.splitlines() if child.info.run_id in x)
+        assert f"{child.data.metrics['overall']:.2f}%" in line and child.data.tags["hydra.overrides"] in line
+    assert {"path": "children.json", "type": "table"} in json.loads(parent.data.tags["mlflow.loggedArtifacts"])

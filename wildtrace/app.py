@@ -13,7 +13,7 @@ from omegaconf import DictConfig
 
 from wildtrace.config import ConfigError, WildtraceConfig, register, to_settings
 from wildtrace.config_check import check_known_keys, check_overrides
-from wildtrace.core.events import RunEnd, RunObserver
+from wildtrace.core.events import RunObserver
 
 if TYPE_CHECKING:
     from wildtrace.runtime.run import RunResult
@@ -76,13 +76,10 @@ def observer_for(settings: WildtraceConfig, parent_run_id: str | None = None) ->
     """What hears the run's events: MLflow tracking when it is on (the entry point composes the layers)."""
     if not settings.mlflow.enabled:
         return RunObserver()
-    from wildtrace.tracking.mlflow_logger import log_run_dir_safely
+    from wildtrace.tracking.observer import MlflowObserver
 
-    class _LogAtEnd(RunObserver):
-        def run_finished(self, end: RunEnd) -> str | None:
-            return log_run_dir_safely(end.out_dir, parent_run_id=parent_run_id)
-
-    return _LogAtEnd()
+    m = settings.mlflow
+    return MlflowObserver(m.tracking_uri, m.experiment, m.artifact_location, m.log_documents, parent_run_id)
 
 
 def log_headline(result: RunResult, settings: WildtraceConfig) -> None:

@@ -1,8 +1,7 @@
-"""The run's events, and the observer interface that receives them.
+"""What a run tells whoever observes it (MLflow, a progress log): plain events, no I/O.
 
-The runtime emits events to an observer it is handed; tracking implements one; the entry
-point wires them together. So the runtime never imports tracking, and tracking never
-imports the runtime.
+The runtime emits these to the observer it is handed; tracking implements one. Neither
+layer imports the other: the entry point composes them.
 """
 
 from __future__ import annotations
@@ -12,54 +11,67 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class RunStart:
-    """A run is about to send its first request."""
+    """A run about to send its first request."""
 
-    out_dir: str  #: the run directory (absolute)
-    config: dict  #: the settings as config.json holds them (key NAMES only)
-    n_tasks: int  #: tasks selected for the run
-    run_date: str  #: ISO UTC date and time the run started
-    parent_run_id: str | None  #: the sweep's parent MLflow run, when a multirun job
+    out_dir: str
+    """The run directory (absolute)."""
+    config: dict
+    """``dataclasses.asdict(WildtraceConfig)``: the same dict as config.json (key NAMES only)."""
+    n_tasks: int
+    """How many tasks the run holds."""
+    run_date: str
+    """When the run started, ISO 8601 UTC."""
+    parent_run_id: str | None
+    """The sweep's parent MLflow run, when this run is one job of a multirun."""
 
 
 @dataclass(frozen=True)
 class TaskDone:
-    """A task has its answer and all its judgments."""
+    """A task whose answer and judgments are all in."""
 
-    question_id: str  #: the task
-    answer: dict  #: its responses.json row
-    judgments: list[dict]  #: its judgments.json rows (empty when not judged)
-    status: str  #: scored | unscored | failed | out_of_context_scope | missing, as scores.json has it
-    score: float | None  #: the panel mean, when scored
-    meta: dict  #: paradigm and context_tier, when the task has them
+    question_id: str
+    """The task's id."""
+    answer: dict
+    """The task's responses.json row."""
+    judgments: list[dict]
+    """This task's judgments.json rows (may be empty)."""
+    status: str
+    """Task status as scores.json has it: scored | unscored | failed | out_of_context_scope | missing."""
+    score: float | None
+    """The task's score in [0, 1], or None where it has none."""
+    meta: dict
+    """paradigm, context_tier when the task has them."""
 
 
 @dataclass(frozen=True)
 class RunEnd:
-    """The run files are written (whole, or what a stopped run had)."""
+    """A run whose files are written (whole, or what a stopped run had)."""
 
-    out_dir: str  #: the run directory
-    status: str  #: "finished" | "partial" (stopped; files hold what was done) | "failed"
+    out_dir: str
+    """The run directory (absolute)."""
+    status: str
+    """"finished" | "partial" (stopped by a signal / storage failure; files hold what was done) | "failed"."""
 
 
 class RunObserver:
-    """Receives a run's events; every method does nothing unless overridden.
-
-    Methods are called on the event loop's thread and must not block (queue the work);
-    ``run_finished`` is called after the loop and may block.
-    """
+    """Receives a run's events. Methods are called on the event loop thread and must not block
+    (queue work to a thread). Default methods do nothing."""
 
     def run_started(self, start: RunStart) -> None:
-        """Before the first request."""
+        """The run is about to send its first request."""
 
     def task_started(self, question_id: str) -> None:
-        """A task was taken up."""
+        """A task's first call is about to be made."""
 
     def call_finished(self, question_id: str, label: str, row: dict) -> None:
-        """A call ended: ``label`` is "model" or a judge key, ``row`` its record."""
+        """A call ended; ``label`` is "model" or a judge key, ``row`` its responses/judgments row."""
 
     def task_done(self, done: TaskDone) -> None:
-        """A task is complete."""
+        """A task's answer and judgments are all in."""
 
     def run_finished(self, end: RunEnd) -> str | None:
-        """After the run files are written; returns the tracking run id, if any."""
+        """Called after the run files are written (or on a stop); may block.
+
+        Returns the MLflow run id, or None.
+        """
         return None

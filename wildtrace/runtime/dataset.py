@@ -14,8 +14,7 @@ from pathlib import Path
 
 from wildtrace.core.caps import count_ideographs
 from wildtrace.core.tasks import DatasetError, Task, parse_tasks, records_of, select, where
-
-CORPUS_PREFIX = "corpus/"
+from wildtrace.files import CORPUS_PREFIX, resolve_corpus_file  # noqa: F401 - re-exported for callers
 
 
 @dataclass(frozen=True)
@@ -66,27 +65,6 @@ def read_records(path: Path) -> list:
             except json.JSONDecodeError as exc:
                 raise DatasetError(f"{path}: line {n}: malformed JSON Lines record: {exc}") from None
         return records
-
-
-def resolve_corpus_file(corpus_dir: Path, corpus_file: str, at: str) -> Path:
-    """``corpus_file`` inside ``corpus_dir``, with or without the release's ``corpus/`` prefix.
-
-    Refuses absolute paths and anything that resolves outside the corpus folder.
-    """
-    root = corpus_dir.resolve()
-    relative = Path(corpus_file)
-    if relative.is_absolute():
-        raise DatasetError(f"{at}: field 'corpus_file' {corpus_file!r} is an absolute path; it must lie inside {root}")
-    candidates = [relative]
-    if corpus_file.startswith(CORPUS_PREFIX):
-        candidates.insert(0, Path(corpus_file[len(CORPUS_PREFIX):]))
-    for candidate in candidates:
-        path = (root / candidate).resolve()
-        if not path.is_relative_to(root):
-            raise DatasetError(f"{at}: field 'corpus_file' {corpus_file!r} leaves the corpus folder {root}")
-        if path.is_file():
-            return path
-    raise DatasetError(f"{at}: field 'corpus_file': corpus file {corpus_file!r} not found in {root}")
 
 
 def read_document(path: Path) -> str:

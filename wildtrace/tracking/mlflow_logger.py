@@ -1,221 +1,128 @@
-"""Logging a finished run directory to MLflow: params, tags, metrics, artifacts, tables, traces.
+"""Logging a run directory to MLflow: params, tags, metrics, artifacts, tables, dataset, traces.
 
-Everything is read back from the run directory's files, so the end of a run and
-``python -m wildtrace.upload RUN_DIR`` are one code path, and MLflow trouble can never
-cost results: the files are written first, logging comes after and may be redone.
+Everything is read back from the run directory's files, so the end of a run (the observer)
+and ``python -m wildtrace.upload RUN_DIR`` are one code path (``complete_run``), and MLflow
+trouble can never cost results: the files are written first, logging comes after and may
+be redone. Redoing it completes the same MLflow run (``mlflow.json`` keeps its id): tables
+are replaced, documents are content-addressed, traces already stored are not sent again.
 
 The client is an explicit ``MlflowClient(tracking_uri=…)``; only the tracing API needs the
-global URI, which is set for the duration of the trace export and then restored
-(``mlflow.set_tracking_uri`` exports MLFLOW_TRACKING_URI to every later child process).
+global URI, which is set for the duration of the trace export and then restored.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
-import logging
-import os
-import re
-import sys
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
+from wildtrace.files import write_json
+from wildtrace.tracking import documents
+from wildtrace.tracking.parent import refresh_parent
+from wildtrace.tracking.rundir import (RUN_FILES, RunDir, base_tags, judgment_table, metrics_of, params_of,
+                                       read_run_dir, run_name, tags_of, task_table)
+from wildtrace.tracking.store import (client_for, default_artifact_location, get_or_create_experiment,
+                                      global_tracking_uri, log, replace_table, terminate_quietly)
+from wildtrace.tracking.traces import TraceExporter, TraceTarget, log_feedback, task_dones_of, traced_tasks
 
-from wildtrace.core import views
-
-# MLflow 3.17 keeps at most 1000 traces in memory and 1000 queued exports, dropping the rest
-# without a word; a 481-task run must lose none. HTTP retries default to 7 with backoff,
-# minutes against a dead server: a run should say "not logged" and move on.
-for _name, _value in (("MLFLOW_TRACE_BUFFER_MAX_SIZE", "100000"),
-                      ("MLFLOW_ASYNC_TRACE_LOGGING_MAX_QUEUE_SIZE", "100000"),
-                      ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2"),
-                      ("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")):
-    os.environ.setdefault(_name, _value)
-
-# Alembic's "Creating initial MLflow database tables..." on a new store is noise after a run.
-logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
-
-RUN_FILES = ("scores.json", "responses.json", "judgments.json", "run_stats.json", "config.json")
-#: Span inputs/outputs are capped: documents go by reference, long texts are cut here.
-SPAN_TEXT_LIMIT = 20_000
-MAX_PARAM_CHARS = 6000
 MARKER = "mlflow.json"
-#: Beyond the trace queues, OpenTelemetry's span queue holds 2048 spans and drops the rest
-#: ("Queue full, dropping Span", seen at 1100 tasks): drain it every this-many traces.
-FLUSH_EVERY = 100
+#: mlflow.json statuses: logging begun / complete / complete for a partial run / failed.
+RUNNING, LOGGED, PARTIAL, NOT_LOGGED = "running", "logged", "partial", "not_logged"
+#: How long the end of a run waits for the trace thread before leaving the rest to upload.
+TRACE_WAIT_S = 600.0
+DATASET_ATTEMPTS = 3
 
 
 @dataclass
-class RunDir:
-    """A finished run directory, read back."""
+class Target:
+    """An MLflow run being logged, and where."""
 
-    path: Path
-    config: dict
-    stats: dict
-    scores: dict | None
-    responses: list[dict]
-    judgments: list[dict]
-
-    @property
-    def mlflow(self) -> dict:
-        """The run's mlflow settings."""
-        return self.config["mlflow"]
-
-
-def _load(path: Path, default: Any = None) -> Any:
-    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else default
+    client: Any
+    """MlflowClient bound to ``tracking_uri``."""
+    tracking_uri: str
+    """The store."""
+    experiment_id: str
+    """The run's experiment."""
+    run_id: str
+    """The run."""
+    artifact_location: str | None
+    """Where the experiment keeps artifacts (also used for the documents store)."""
 
 
-def read_run_dir(path: str | Path) -> RunDir:
-    """Load the files a run wrote; a folder without config.json is not a run directory."""
-    path = Path(path).resolve()
-    if not (path / "config.json").exists() or not (path / "responses.json").exists():
-        raise FileNotFoundError(f"{path}: not a wildtrace run directory (no config.json / responses.json)")
-    return RunDir(path, _load(path / "config.json"), _load(path / "run_stats.json", {}), _load(path / "scores.json"),
-                  _load(path / "responses.json", []), _load(path / "judgments.json", []))
+def read_marker(run_dir: str | Path) -> dict:
+    """mlflow.json of a run directory ({} when absent or unreadable)."""
+    path = Path(run_dir) / MARKER
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
-def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
-    """Nested mapping → {"a.b.c": "value"} (the config holds key NAMES only, never keys)."""
-    out: dict[str, str] = {}
-    for key, value in data.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
-            out.update(flatten(value, name + "."))
-        else:
-            out[name] = str(value)[:MAX_PARAM_CHARS]
-    return out
+def write_marker(run_dir: str | Path, status: str, target: Target | None, parent_run_id: str | None,
+                 error: str | None = None) -> None:
+    """Record the run's MLflow state beside its files (never raises: the files matter more)."""
+    data = {"status": status, "run_id": target.run_id if target else None, "parent_run_id": parent_run_id,
+            "tracking_uri": target.tracking_uri if target else None,
+            "experiment_id": target.experiment_id if target else None}
+    if error:
+        data["error"] = error
+    try:
+        write_json(Path(run_dir) / MARKER, data)
+    except OSError as exc:
+        log.warning("MLflow: could not write %s (%s)", Path(run_dir) / MARKER, exc)
 
 
-def metric_name(*parts: str) -> str:
-    """A legal MLflow metric name from parts (alphanumerics, _ - . / and space)."""
-    return ".".join(re.sub(r"[^A-Za-z0-9_\-/ ]", "_", str(p)) for p in parts)
+def unique_name(client: Any, experiment_id: str, name: str) -> str:
+    """``name``, or ``name #2``, ``#3``… when the experiment has it already."""
+    taken = {r.info.run_name for r in client.search_runs(
+        [experiment_id], f"attributes.run_name LIKE '{name.replace(chr(39), '')}%'", max_results=1000)}
+    if name not in taken:
+        return name
+    n = 2
+    while f"{name} #{n}" in taken:
+        n += 1
+    return f"{name} #{n}"
 
 
-def run_name(rd: RunDir) -> str:
-    """model · panel · decoding (· replicates), readable in the run list."""
-    c, s = rd.config, rd.stats
-    name = (f"{c['model']['name']} · {c['judge_panel']['name']} · t={c['decoding']['temperature']} "
-            f"mt={s.get('effective_max_tokens')}")
-    reps = (c["decoding"]["replicate"], c["judge_panel"]["replicate"])
-    return name + (f" · rep={reps[0]}/{reps[1]}" if any(reps) else "")
+def open_target(tracking_uri: str, config: dict, experiment: str | None = None) -> Target:
+    """Client and experiment for a run's config (the run itself not yet created)."""
+    client = client_for(tracking_uri)
+    location = default_artifact_location(tracking_uri, config["mlflow"].get("artifact_location"), config["root"])
+    experiment_id = get_or_create_experiment(client, experiment or config["mlflow"]["experiment"], location)
+    return Target(client, tracking_uri, experiment_id, "", location)
 
 
-def params_of(rd: RunDir) -> dict[str, str]:
-    """The resolved configuration, dotted, plus the effective completion budget."""
-    config = {k: v for k, v in rd.config.items() if k not in ("out_dir", "progress")}
-    params = flatten(config)
-    params["decoding.effective_max_tokens"] = str(rd.stats.get("effective_max_tokens"))
-    return params
+def start_ms(run_date: str | None) -> int | None:
+    """An ISO date as MLflow's start time (ms), so the run's name and start time agree."""
+    try:
+        return int(datetime.datetime.fromisoformat(str(run_date)).timestamp() * 1000)
+    except ValueError:
+        return None
 
 
-def tags_of(rd: RunDir, parent_run_id: str | None) -> dict[str, str]:
-    """Provenance: harness, data, date, context policy, overrides, replicates."""
-    s, c, d = rd.stats, rd.config, rd.stats.get("dataset", {})
-    tags = {
-        "wildtrace.version": s.get("harness_version"),
-        "wildtrace.git_commit": s.get("git_commit"),
-        "wildtrace.prompts_sha256": s.get("prompts_sha256"),
-        "wildtrace.run_dir": str(rd.path),
-        "wildtrace.stage": c.get("stage"),
-        "run_date": s.get("run_date"),
-        "dataset.name": d.get("name"),
-        "dataset.tasks_sha256": d.get("tasks_sha256"),
-        "dataset.freeze_id": d.get("freeze_id"),
-        "dataset.release_version": d.get("release_version"),
-        "context_policy": (f"native caps en={c['model']['caps']['en']} cjk={c['model']['caps']['cjk']} chars; "
-                           "cjk if >20 of U+4E00-U+9FFF in first 4000 chars; len>cap → out_of_context_scope = 0"),
-        "hydra.overrides": " ".join(s.get("overrides", [])),
-        "replicate.decoding": str(c["decoding"]["replicate"]),
-        "replicate.judge_panel": str(c["judge_panel"]["replicate"]),
-        "model.route": c["model"]["route"],
-        "judge_panel.name": c["judge_panel"]["name"],
-    }
-    if parent_run_id:
-        tags["mlflow.parentRunId"] = parent_run_id
-    return {k: str(v) for k, v in tags.items() if v is not None}
+def create_run(target: Target, config: dict, stats: dict, out_dir: str, run_date: str | None,
+               parent_run_id: str | None) -> Target:
+    """A new MLflow run named uniquely, with the tags known before any file exists."""
+    name = unique_name(target.client, target.experiment_id, run_name(config, stats, run_date))
+    run = target.client.create_run(target.experiment_id, run_name=name, start_time=start_ms(run_date),
+                                   tags={**base_tags(config, out_dir, parent_run_id), "wildtrace.status": "running"})
+    target.run_id = run.info.run_id
+    return target
 
 
-def _frames(rd: RunDir) -> tuple[pd.DataFrame, pd.DataFrame]:
-    judgments = views.judgments_frame(rd.judgments)
-    tasks = pd.DataFrame((rd.scores or {}).get("tasks", []))
-    return tasks, judgments
-
-
-def metrics_of(rd: RunDir) -> dict[str, float]:
-    """Headline, counts, per judge, agreement, per paradigm and tier, tokens, requests, time."""
-    m: dict[str, float] = {}
-    s = rd.scores or {}
-    for key in ("overall", "scored", "n_total", "n_scored", "n_out_of_context", "n_failed", "n_unscored", "n_missing"):
-        if s.get(key) is not None:
-            m[key] = s[key]
-    for judge, row in s.get("judges", {}).items():
-        for key in ("mean", "unavailable_rate", "n"):
-            if row.get(key) is not None:
-                m[metric_name("judge", judge, key)] = row[key]
-    tasks, judgments = _frames(rd)
-    for pair, row in views.agreement(judgments).items():
-        for key in ("mad", "corr"):
-            if row[key] is not None:
-                m[metric_name("agreement", pair.replace("~", "__"), key)] = row[key]
-    if len(tasks):
-        for column, label in ((views.PARADIGM, "paradigm"), (views.TIER, "tier")):
-            if column not in tasks:
-                continue
-            for row in views.breakdown(tasks[[views.QID, views.STATUS, views.SCORE]], tasks, column).to_dict("records"):
-                for key in ("all", "scored"):
-                    if row[key] is not None and row[key] == row[key]:
-                        m[metric_name(label, row[column], key)] = 100.0 * row[key]
-    for label, usage in views.token_totals(rd.responses).items():
-        for key, value in usage.items():
-            m[metric_name("tokens", "model", key)] = value
-    for judge, usage in views.token_totals(rd.judgments, "judge").items():
-        for key, value in usage.items():
-            m[metric_name("tokens", "judge", judge, key)] = value
-    for label, count in rd.stats.get("requests", {}).items():
-        m[metric_name("requests", label)] = count
-    for key in ("retries", "cache_hits", "wall_s"):
-        if key in rd.stats:
-            m[key] = rd.stats[key]
-    return {k: float(v) for k, v in m.items()}
-
-
-def _json(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, ensure_ascii=False, default=str)
-
-
-def task_table(rd: RunDir) -> pd.DataFrame:
-    """A row per task: caps decision, prompt by reference, raw answer and provider JSON, score."""
-    scores = {t["question_id"]: t for t in (rd.scores or {}).get("tasks", [])}
-    rows = []
-    for r in rd.responses:
-        caps = r.get("caps") or {}
-        score = scores.get(r["question_id"], {})
-        rows.append({
-            "question_id": r["question_id"], "status": r["status"], "reason": r.get("reason"),
-            "paradigm": score.get("paradigm"), "context_tier": score.get("context_tier"),
-            "corpus_file": (r.get("document") or {}).get("corpus_file"),
-            "document_sha256": (r.get("document") or {}).get("sha256"),
-            "doc_chars": caps.get("doc_chars"), "ideographs": caps.get("ideographs"), "cap_kind": caps.get("cap_kind"),
-            "cap": caps.get("cap"), "scope": caps.get("scope"), "prompt_sha256": r.get("prompt_sha256"),
-            "prompt": r.get("prompt_ref"), "response": r.get("response"), "finish_reason": r.get("finish_reason"),
-            "attempts": r.get("attempts"), "error": r.get("error"), "raw": _json(r.get("raw")),
-            "task_status": score.get("status"), "score": score.get("score"),
-        })
-    return pd.DataFrame(rows)
-
-
-def judgment_table(rd: RunDir) -> pd.DataFrame:
-    """A row per (task, judge): the full judge prompt, raw reply, parsed JSON, total, score or why not."""
-    return pd.DataFrame([{
-        "question_id": j["question_id"], "judge": j["judge"], "status": j["status"], "reason": j.get("reason"),
-        "total": j.get("total"), "score": j.get("score"), "prompt": j.get("prompt"), "reply": j.get("reply"),
-        "parsed": _json(j.get("parsed")), "error": j.get("error"), "attempts": j.get("attempts"),
-    } for j in rd.judgments])
+def rename_if_needed(target: Target, rd: RunDir) -> None:
+    """Rename a run whose name no longer says what the files say (e.g. a temperature dropped mid-run)."""
+    info = target.client.get_run(target.run_id).info
+    started = datetime.datetime.fromtimestamp(info.start_time / 1000, datetime.timezone.utc).isoformat()
+    wanted = run_name(rd.config, rd.stats, started)  # the run's own start: the time stamp never moves
+    current = info.run_name or ""
+    if current != wanted and not current.startswith(wanted + " #"):
+        target.client.update_run(target.run_id, name=unique_name(target.client, target.experiment_id, wanted))
 
 
 def _batches(items: list, size: int) -> Iterator[list]:
@@ -223,181 +130,157 @@ def _batches(items: list, size: int) -> Iterator[list]:
         yield items[i:i + size]
 
 
-def default_artifact_location(tracking_uri: str, configured: str | None, root: str) -> str | None:
-    """Artifacts beside a local store; a tracking server decides for itself unless told."""
-    if configured:
-        return configured
-    if tracking_uri.startswith(("sqlite:", "file:")) or "://" not in tracking_uri:
-        return f"file://{Path(root).resolve()}/mlartifacts"
-    return None
+def log_dataset(client: Any, run_id: str, rd: RunDir) -> None:
+    """The tasks file as the run's MLflow dataset input: name, release, digest (tasks sha256)."""
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+    from mlflow.exceptions import MlflowException
+
+    d = rd.stats.get("dataset") or {}
+    sha = d.get("tasks_sha256")
+    if not sha:
+        return
+    name = str(d.get("name") or rd.config["dataset"].get("name"))
+    if d.get("release_version"):
+        name += f"@{d['release_version']}"
+    profile = {k: d.get(k) for k in ("tasks_sha256", "release_version", "freeze_id", "n_tasks")}
+    dataset = Dataset(name=name, digest=sha[:12], source_type="local", source=json.dumps({"uri": d.get("tasks")}),
+                      profile=json.dumps(profile))
+    given = [DatasetInput(dataset, tags=[InputTag("mlflow.data.context", "eval")])]
+    for attempt in range(DATASET_ATTEMPTS):
+        try:
+            client.log_inputs(run_id, datasets=given)
+            return
+        except MlflowException as exc:
+            # Parallel jobs insert the same dataset at once and one loses on MLflow's unique
+            # constraint; a second try finds the row the other wrote.
+            if attempt == DATASET_ATTEMPTS - 1:
+                log.warning("MLflow: dataset input not logged (%s)", reason_of(exc))
+            time.sleep(0.2 * (attempt + 1))
 
 
-@contextmanager
-def global_tracking_uri(uri: str) -> Iterator[None]:
-    """Point MLflow's global state (which tracing uses) at ``uri``, then put it back."""
-    import mlflow
+def log_contents(target: Target, rd: RunDir, parent_run_id: str | None) -> None:
+    """Params, tags, metrics, run files, tables, dataset input and documents (idempotent)."""
+    from mlflow.entities import Metric, Param, RunTag
 
-    before = os.environ.get("MLFLOW_TRACKING_URI")
-    mlflow.set_tracking_uri(uri)
+    client, run_id = target.client, target.run_id
+    tags = tags_of(rd, parent_run_id)
+    rename_if_needed(target, rd)
+    uris: dict[str, str] = {}
+    if rd.mlflow.get("log_documents", True):
+        store_run, uris = documents.store_documents(client, rd, target.artifact_location)
+        tags[documents.RUN_TAG] = store_run
+    for chunk in _batches([Param(k, v) for k, v in params_of(rd).items()], 100):
+        client.log_batch(run_id, params=chunk)
+    client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+    for chunk in _batches([Metric(k, v, 0, 0) for k, v in metrics_of(rd).items()], 1000):
+        client.log_batch(run_id, metrics=chunk)
+    for name in RUN_FILES:
+        if (rd.path / name).exists():
+            client.log_artifact(run_id, str(rd.path / name))
+    if (rd.path / ".hydra").is_dir():
+        client.log_artifacts(run_id, str(rd.path / ".hydra"), artifact_path="hydra")
+    replace_table(client, run_id, task_table(rd, uris), "tables/tasks.json")
+    if rd.judgments:
+        replace_table(client, run_id, judgment_table(rd), "tables/judgments.json")
+    log_dataset(client, run_id, rd)
+
+
+def trace_target(target: Target, rd: RunDir) -> TraceTarget:
+    """Where a run's traces go, and the judges' routes for their feedback."""
+    routes = {k: v.get("route", k) for k, v in rd.config["judge_panel"]["judges"].items()}
+    return TraceTarget(target.experiment_id, target.run_id, routes, rd.config["model"].get("route"))
+
+
+def finish_traces(target: Target, rd: RunDir, exporter: TraceExporter | None = None) -> int:
+    """Trace every task not yet in the store, then check the store holds them all; how many traces."""
+    tt = exporter.target if exporter else trace_target(target, rd)
+    dones = task_dones_of(rd)
+    existing = traced_tasks(target.client, tt)
+    by_id = {d.question_id: d for d in dones}
+    for qid, (trace_id, n_assessments) in existing.items():  # stored, but its feedback was cut off
+        if qid in by_id and n_assessments < len(by_id[qid].judgments):
+            log_feedback(trace_id, by_id[qid], tt)
+    exporter = exporter or TraceExporter(tt)
+    exporter.skip(existing)
+    for done in dones:  # the exporter ignores tasks it was given while the run went
+        exporter.submit(done)
+    exporter.close(TRACE_WAIT_S)
+    missing = set(by_id) - set(traced_tasks(target.client, tt))
+    if missing:
+        raise RuntimeError(f"{len(missing)} of {len(by_id)} traces are not in the store (e.g. {sorted(missing)[0]})")
+    return len(by_id)
+
+
+def complete_run(target: Target, rd: RunDir, parent_run_id: str | None, exporter: TraceExporter | None = None) -> str:
+    """Log everything of ``rd`` into the existing run ``target.run_id`` and close it.
+
+    FINISHED, or KILLED for a partial run; on any failure the run is marked FAILED (where the
+    store still answers) and the exception propagates, for the caller to report.
+    """
     try:
-        yield
-    finally:
-        mlflow.set_tracking_uri(before)  # None unsets the variable again
+        log_contents(target, rd, parent_run_id)
+        with global_tracking_uri(target.tracking_uri):
+            finish_traces(target, rd, exporter)
+        target.client.set_terminated(target.run_id, "KILLED" if rd.status == "partial" else "FINISHED")
+    except BaseException:
+        if exporter:
+            exporter.close(0)
+        terminate_quietly(target.client, target.run_id, "FAILED")
+        raise
+    if parent_run_id:
+        try:  # this run is logged; a stale parent table is worth a warning, not a failure
+            refresh_parent(target.client, parent_run_id)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("MLflow: could not refresh the sweep's parent run (%s)", exc)
+    return target.run_id
 
 
-def _cap(text: Any) -> Any:
-    if isinstance(text, str) and len(text) > SPAN_TEXT_LIMIT:
-        return text[:SPAN_TEXT_LIMIT] + f"… [{len(text) - SPAN_TEXT_LIMIT} more characters]"
-    return text
+def resumable(client: Any, run_id: str | None, experiment: str | None) -> Any:
+    """The run ``run_id`` of this store, if a new upload should complete it (else None).
 
-
-def _window(row: Mapping) -> tuple[int, int] | None:
-    """(start, end) in ns of a recorded call, from its started_at and latency_s."""
-    started = row.get("started_at")
-    if not isinstance(started, (int, float)):
+    ``experiment``: when named, the run must belong to it (otherwise a new run is logged there).
+    """
+    if not run_id:
         return None
-    start = int(started * 1e9)
-    return start, start + int(float(row.get("latency_s") or 0.0) * 1e9)
-
-
-def log_traces(rd: RunDir, experiment_id: str, run_id: str, tracking_uri: str) -> int:
-    """One trace per task: task → caps decision, answer call, judge calls; judge scores as feedback."""
-    import mlflow
-    from mlflow.entities import AssessmentSource, SpanType
-
-    by_task: dict[str, list[dict]] = {}
-    for j in rd.judgments:
-        by_task.setdefault(j["question_id"], []).append(j)
-    scores = {t["question_id"]: t for t in (rd.scores or {}).get("tasks", [])}
-    routes = {k: v["route"] for k, v in rd.config["judge_panel"]["judges"].items()}
-    traced: list[tuple[str, list[dict]]] = []
-    with global_tracking_uri(tracking_uri):
-        for r in rd.responses:
-            qid = r["question_id"]
-            score = scores.get(qid, {})
-            judged = by_task.get(qid, [])
-            windows = [w for w in map(_window, [r, *judged]) if w]
-            start = min((w[0] for w in windows), default=time.time_ns())
-            end = max((w[1] for w in windows), default=start)
-            root = mlflow.start_span_no_context(
-                f"task {qid}", span_type=SpanType.CHAIN, experiment_id=experiment_id, start_time_ns=start,
-                inputs={"question_id": qid, "document": r.get("document"), "prompt": _cap(r.get("prompt_ref"))},
-                metadata={"mlflow.sourceRun": run_id}, tags={"question_id": qid, "status": r["status"]},
-                attributes={"paradigm": str(score.get("paradigm")), "context_tier": str(score.get("context_tier"))})
-            caps = mlflow.start_span_no_context("caps decision", span_type=SpanType.PARSER, parent_span=root,
-                                                inputs={"doc_chars": (r.get("caps") or {}).get("doc_chars")},
-                                                start_time_ns=start)
-            caps.end(outputs=r.get("caps"), end_time_ns=start)
-            if r["status"] != "out_of_context_scope" and r.get("attempts"):
-                span_start, span_end = _window(r) or (start, end)
-                answer = mlflow.start_span_no_context(
-                    "answer", span_type=SpanType.LLM, parent_span=root, inputs={"prompt": _cap(r.get("prompt_ref"))},
-                    start_time_ns=span_start,
-                    attributes={"attempts": r.get("attempts"), "latency_s": r.get("latency_s"),
-                                "usage": _json(r.get("usage")), "finish_reason": str(r.get("finish_reason"))})
-                answer.end(outputs={"status": r["status"], "reason": r.get("reason"), "response": _cap(r.get("response")),
-                                    "error": r.get("error")}, end_time_ns=span_end)
-            for j in judged:
-                span_start, span_end = _window(j) or (start, end)
-                span = mlflow.start_span_no_context(
-                    f"judge {j['judge']}", span_type=SpanType.LLM, parent_span=root, inputs={"prompt": _cap(j.get("prompt"))},
-                    start_time_ns=span_start, attributes={"attempts": j.get("attempts"), "usage": _json(j.get("usage"))})
-                span.end(outputs={"reply": _cap(j.get("reply")), "total": j.get("total"), "score": j.get("score"),
-                                  "status": j["status"], "reason": j.get("reason")}, end_time_ns=span_end)
-            root.end(outputs={"status": score.get("status", r["status"]), "score": score.get("score")}, end_time_ns=end)
-            traced.append((root.trace_id, judged))
-            if len(traced) % FLUSH_EVERY == 0:
-                mlflow.flush_trace_async_logging()
-        # Feedback needs the trace stored: export everything first, then attach the scores.
-        mlflow.flush_trace_async_logging()
-        for trace_id, judged in traced:
-            for j in judged:
-                mlflow.log_feedback(
-                    trace_id=trace_id, name=f"judge/{j['judge']}", value=j.get("score"),
-                    source=AssessmentSource(source_type="LLM_JUDGE", source_id=routes.get(j["judge"], j["judge"])),
-                    rationale=j.get("reason") or _cap(j.get("reply")),
-                    metadata={"total": str(j.get("total")), "status": j["status"]})
-    return len(traced)
-
-
-def _log_documents(client: Any, run_id: str, rd: RunDir) -> int:
-    """Each document the run used, once, under documents/ (never once per task)."""
-    from wildtrace.runtime.dataset import resolve_corpus_file
-
-    corpus = Path(rd.config["dataset"]["corpus"])
-    seen: set[str] = set()
-    for r in rd.responses:
-        corpus_file = (r.get("document") or {}).get("corpus_file")
-        if not corpus_file or corpus_file in seen:
-            continue
-        seen.add(corpus_file)
-        path = resolve_corpus_file(corpus, corpus_file, str(rd.path))
-        client.log_artifact(run_id, str(path), artifact_path="documents/" + str(Path(corpus_file).parent).strip("."))
-    return len(seen)
+    try:
+        run = client.get_run(run_id)
+        wanted = client.get_experiment_by_name(experiment) if experiment else None
+    except Exception:  # noqa: BLE001 - not in this store (or deleted): log a new run
+        return None
+    if run.info.lifecycle_stage != "active" or (experiment and (not wanted or wanted.experiment_id != run.info.experiment_id)):
+        return None
+    return run
 
 
 def log_run_dir(path: str | Path, parent_run_id: str | None = None, tracking_uri: str | None = None,
-                experiment: str | None = None) -> str:
-    """Log one run directory as one MLflow run; returns its run id. Raises on MLflow trouble."""
-    from mlflow.entities import Metric, Param, RunTag
-    from mlflow.tracking import MlflowClient
+                experiment: str | None = None, resume_run_id: str | None = None) -> str:
+    """Log one run directory as one MLflow run; returns its run id. Raises on MLflow trouble.
 
+    ``resume_run_id``: complete that run (a half-logged one, in whichever experiment it was
+    created) instead of creating another.
+    """
     rd = read_run_dir(path)
     uri = tracking_uri or rd.mlflow["tracking_uri"]
-    client = MlflowClient(tracking_uri=uri)
-    name = experiment or rd.mlflow["experiment"]
-    found = client.get_experiment_by_name(name)
-    experiment_id = found.experiment_id if found else client.create_experiment(
-        name, artifact_location=default_artifact_location(uri, rd.mlflow.get("artifact_location"), rd.config["root"]))
-    tags = tags_of(rd, parent_run_id)
-    run = client.create_run(experiment_id, run_name=run_name(rd), tags=tags)
-    run_id = run.info.run_id
-    try:
-        for chunk in _batches([Param(k, v) for k, v in params_of(rd).items()], 100):
-            client.log_batch(run_id, params=chunk)
-        metrics = [Metric(k, v, 0, 0) for k, v in metrics_of(rd).items()]
-        for chunk in _batches(metrics, 1000):
-            client.log_batch(run_id, metrics=chunk)
-        for name_ in RUN_FILES:
-            if (rd.path / name_).exists():
-                client.log_artifact(run_id, str(rd.path / name_))
-        if (rd.path / ".hydra").is_dir():
-            client.log_artifacts(run_id, str(rd.path / ".hydra"), artifact_path="hydra")
-        client.log_table(run_id, task_table(rd), "tables/tasks.json")
-        if rd.judgments:
-            client.log_table(run_id, judgment_table(rd), "tables/judgments.json")
-        if rd.mlflow.get("log_documents", True):
-            _log_documents(client, run_id, rd)
-        log_traces(rd, experiment_id, run_id, uri)
-        client.set_terminated(run_id, "FINISHED")
-    except BaseException:
-        client.set_terminated(run_id, "FAILED")
-        raise
-    if parent_run_id:
-        from wildtrace.tracking.sweep import refresh_parent
-
-        try:  # this run is logged; a stale parent table is worth a warning, not a failure
-            refresh_parent(client, parent_run_id)
-        except Exception as exc:  # noqa: BLE001
-            print(f"wildtrace: MLflow: could not refresh the sweep's parent run ({exc})", file=sys.stderr)
-    return run_id
+    location = default_artifact_location(uri, rd.mlflow.get("artifact_location"), rd.config["root"])
+    client = client_for(uri)
+    run = resumable(client, resume_run_id, experiment)
+    if run is not None:
+        target = Target(client, uri, run.info.experiment_id, run.info.run_id, location)
+    else:
+        target = create_run(open_target(uri, rd.config, experiment), rd.config, rd.stats, str(rd.path),
+                            rd.stats.get("run_date"), parent_run_id)
+    write_marker(rd.path, RUNNING, target, parent_run_id)
+    complete_run(target, rd, parent_run_id)
+    write_marker(rd.path, PARTIAL if rd.status == "partial" else LOGGED, target, parent_run_id)
+    return target.run_id
 
 
-def log_run_dir_safely(path: str | Path, parent_run_id: str | None = None) -> str | None:
-    """log_run_dir that never raises: on trouble it says what was not logged and how to redo it.
+def reason_of(exc: BaseException) -> str:
+    """One line naming an exception (no traceback: it may quote a URL, never a key)."""
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
 
-    Writes ``mlflow.json`` in the run directory either way, so the state is on disk too.
-    """
-    path = Path(path)
-    from wildtrace.runtime.outputs import write_json
 
-    try:
-        run_id = log_run_dir(path, parent_run_id)
-    except Exception as exc:  # noqa: BLE001 - MLflow trouble must never cost results
-        reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-        write_json(path / MARKER, {"status": "not_logged", "error": reason, "parent_run_id": parent_run_id})
-        print(f"wildtrace: MLflow: this run was NOT logged ({reason}). Results are safe in {path}; log them later with\n"
-              f"  python -m wildtrace.upload {path}", file=sys.stderr)
-        return None
-    write_json(path / MARKER, {"status": "logged", "run_id": run_id, "parent_run_id": parent_run_id})
-    return run_id
+def say_not_logged(path: Path, reason: str) -> None:
+    """The warning a user sees when MLflow failed: results are safe, and how to log them later."""
+    log.warning("MLflow: this run was NOT logged (%s). Results are safe in %s; log them later with\n"
+                "  python -m wildtrace.upload %s", reason, path, path)

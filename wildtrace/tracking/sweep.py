@@ -2,14 +2,19 @@
 
 The parent is created in the launching process (``on_multirun_start``) and its id is left in
 the sweep directory, where every job — in-process, joblib worker or submitit process — finds
-it. Each child refreshes the parent's table and status when it has logged itself, so a sweep
-whose last job fails (Hydra then skips ``on_multirun_end``) still leaves a closed parent with
-the children that did finish.
+it. Each child refreshes the parent's table when it has logged itself. The parent is closed
+by the launching process: FINISHED at ``on_multirun_end``, or — when a job's failure ends
+the sweep early (Hydra then skips ``on_multirun_end``; a job's ``SystemExit`` stops even the
+basic launcher's loop) — FAILED from an exit hook, so no parent is ever left RUNNING
+(short of the launcher being killed with SIGKILL). Either way the sweep ends with a summary
+of its jobs read from their run directories.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
+import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,8 +23,11 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from wildtrace.tracking.parent import refresh_parent
+from wildtrace.tracking.store import client_for, default_artifact_location, get_or_create_experiment
+
 PARENT_FILE = "mlflow_parent.json"
-CHILD_COLUMNS = ("overall", "scored", "n_scored", "n_total")
+log = logging.getLogger("wildtrace.sweep")
 
 
 def parent_file(sweep_dir: str | Path) -> Path:
@@ -33,56 +41,113 @@ def read_parent(sweep_dir: str | Path) -> str | None:
     return json.loads(path.read_text())["run_id"] if path.exists() else None
 
 
-def refresh_parent(client: Any, parent_run_id: str) -> None:
-    """Rebuild the parent's children table from the store and mark it finished."""
-    parent = client.get_run(parent_run_id)
-    children = client.search_runs([parent.info.experiment_id], f"tags.`mlflow.parentRunId` = '{parent_run_id}'",
-                                  max_results=5000)
-    columns = ["run_id", "run_name", "status", "overrides", *CHILD_COLUMNS]
-    rows = [[c.info.run_id, c.info.run_name, c.info.status, c.data.tags.get("hydra.overrides", ""),
-             *[c.data.metrics.get(k) for k in CHILD_COLUMNS]] for c in children]
-    rows.sort(key=lambda r: r[3])
-    client.log_dict(parent_run_id, {"columns": columns, "data": rows}, "children.json")
-    client.set_terminated(parent_run_id, "FINISHED")
+def _read(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _job_overrides(job_dir: Path) -> str:
+    stats = _read(job_dir / "run_stats.json") or {}
+    if stats.get("overrides"):
+        return " ".join(stats["overrides"])
+    from omegaconf import OmegaConf
+
+    path = job_dir / ".hydra" / "overrides.yaml"
+    return " ".join(map(str, OmegaConf.load(path))) if path.exists() else ""
+
+
+def job_rows(sweep_dir: str | Path) -> list[dict]:
+    """A row per job folder of a sweep: overrides, overall, scored, MLflow run id, or that it failed."""
+    rows = []
+    folders = [p for p in Path(sweep_dir).iterdir() if p.is_dir() and p.name.isdigit()] if Path(sweep_dir).is_dir() else []
+    for job_dir in sorted(folders, key=lambda p: int(p.name)):
+        scores = _read(job_dir / "scores.json") or {}
+        marker = _read(job_dir / "mlflow.json") or {}
+        done = (job_dir / "responses.json").exists()
+        rows.append({"job": int(job_dir.name), "overrides": _job_overrides(job_dir),
+                     "status": (_read(job_dir / "run_stats.json") or {}).get("status", "finished") if done else "failed",
+                     "overall": scores.get("overall"), "scored": scores.get("scored"),
+                     "run_id": marker.get("run_id") if marker.get("status") in ("logged", "partial") else None})
+    return rows
+
+
+def _pct(value: Any) -> str:
+    return "—" if value is None else f"{value:.2f}%"
+
+
+def summary_text(rows: list[dict], parent_run_id: str | None) -> str:
+    """The multirun's closing table: one line per job, then the parent run id."""
+    lines = [f"multirun: {len(rows)} jobs", f"{'job':>3}  {'status':<8} {'overall':>8} {'scored':>8}  run id / overrides"]
+    for r in rows:
+        lines.append(f"{r['job']:>3}  {r['status']:<8} {_pct(r['overall']):>8} {_pct(r['scored']):>8}  "
+                     f"{r['run_id'] or '(not logged)'}  {r['overrides']}")
+    lines.append(f"mlflow parent run: {parent_run_id or '(none)'}")
+    return "\n".join(lines)
+
+
+def logs_to_stdout(logger: logging.Logger) -> bool:
+    """Whether an INFO record of ``logger`` already reaches standard output (Hydra's console handler)."""
+    current: logging.Logger | None = logger
+    while current is not None:
+        for handler in current.handlers:
+            if (isinstance(handler, logging.StreamHandler) and getattr(handler, "stream", None) is sys.stdout
+                    and handler.level <= logging.INFO):
+                return True
+        current = current.parent if current.propagate else None
+    return False
 
 
 class MlflowSweepCallback(Callback):
-    """Hydra callback: a parent run around a multirun. Never raises (Hydra would only warn)."""
+    """Hydra callback: a parent run around a multirun, closed whatever happens. Never raises."""
+
+    def __init__(self) -> None:
+        """No state until a multirun starts."""
+        self._parent: str | None = None
+        self._uri: str | None = None
+        self._sweep_dir: str | None = None
+        self._closed = False
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        """Create the parent run and leave its id in the sweep directory."""
+        """Create the parent run, leave its id in the sweep directory, arm the exit hook."""
         HydraConfig.instance().set_config(config)  # callbacks run before Hydra sets it
+        self._sweep_dir = str(HydraConfig.get().sweep.dir)
+        atexit.register(self._at_exit)
         if not config.mlflow.enabled:
             return
         try:
-            from mlflow.tracking import MlflowClient
-
-            from wildtrace.tracking.mlflow_logger import default_artifact_location
-
             uri = config.mlflow.tracking_uri
-            client = MlflowClient(tracking_uri=uri)
-            found = client.get_experiment_by_name(config.mlflow.experiment)
-            experiment_id = found.experiment_id if found else client.create_experiment(
-                config.mlflow.experiment,
-                artifact_location=default_artifact_location(uri, config.mlflow.artifact_location, config.root))
+            client = client_for(uri)
+            location = default_artifact_location(uri, config.mlflow.artifact_location, config.root)
+            experiment_id = get_or_create_experiment(client, config.mlflow.experiment, location)
             overrides = " ".join(HydraConfig.get().overrides.task)
             run = client.create_run(experiment_id, run_name=f"sweep · {overrides}"[:250],
                                     tags={"wildtrace.sweep": "parent", "hydra.overrides": overrides})
-            sweep_dir = Path(HydraConfig.get().sweep.dir)
-            sweep_dir.mkdir(parents=True, exist_ok=True)
-            parent_file(sweep_dir).write_text(json.dumps({"run_id": run.info.run_id, "tracking_uri": uri}))
+            Path(self._sweep_dir).mkdir(parents=True, exist_ok=True)
+            parent_file(self._sweep_dir).write_text(json.dumps({"run_id": run.info.run_id, "tracking_uri": uri}))
+            self._parent, self._uri = run.info.run_id, uri
         except Exception as exc:  # noqa: BLE001 - a sweep must run even when MLflow is down
-            print(f"wildtrace: MLflow: no parent run for this sweep ({type(exc).__name__}: {exc})", file=sys.stderr)
+            log.warning("MLflow: no parent run for this sweep (%s: %s)", type(exc).__name__, exc)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        """Final refresh of the parent's table and status."""
-        HydraConfig.instance().set_config(config)
-        parent = read_parent(HydraConfig.get().sweep.dir) if config.mlflow.enabled else None
-        if not parent:
-            return
-        try:
-            from mlflow.tracking import MlflowClient
+        """Every job ran: close the parent FINISHED and print the summary."""
+        self._close("FINISHED")
 
-            refresh_parent(MlflowClient(tracking_uri=config.mlflow.tracking_uri), parent)
-        except Exception as exc:  # noqa: BLE001
-            print(f"wildtrace: MLflow: could not close the sweep's parent run ({exc})", file=sys.stderr)
+    def _at_exit(self) -> None:
+        """The sweep ended without on_multirun_end (a job failed): close the parent FAILED."""
+        self._close("FAILED")
+
+    def _close(self, status: str) -> None:
+        if self._closed or self._sweep_dir is None:
+            return
+        self._closed = True
+        if self._parent and self._uri:
+            try:
+                refresh_parent(client_for(self._uri), self._parent, close=status)
+            except Exception as exc:  # noqa: BLE001
+                log.warning("MLflow: could not close the sweep's parent run %s (%s)", self._parent, exc)
+        text = summary_text(job_rows(self._sweep_dir), self._parent)
+        log.info("%s", text)
+        if not logs_to_stdout(log):
+            print(text, flush=True)  # the multirun's headline, once on the terminal

@@ -1,0 +1,110 @@
+"""Tracking's pure parts, table-driven: names, params, tags, token usage, span times, upload plans."""
+
+from __future__ import annotations
+
+import pytest
+
+from wildtrace.tracking.rundir import run_name, short_time, temperature_sent, warning_tags
+from wildtrace.tracking.sweep import summary_text
+from wildtrace.tracking.traces import cap_text, chat_out, token_usage, window
+from wildtrace.upload import plan
+
+
+def config(send: bool = True, t: float = 0.1, reps: tuple[int, int] = (0, 0)) -> dict:
+    return {"model": {"name": "gpt-5.4", "send_temperature": send}, "judge_panel": {"name": "paper", "replicate": reps[1]},
+            "decoding": {"temperature": t, "max_tokens": None, "replicate": reps[0]}}
+
+
+@pytest.mark.parametrize(("cfg", "stats", "date", "expected"), [
+    (config(), {"effective_max_tokens": 32768}, "2026-12-01T10:00:05+00:00",
+     "gpt-5.4 · paper · t=0.1 mt=32768 · rep=0/0 · 12-01 10:00:05"),
+    (config(send=False, t=0.3), {"effective_max_tokens": 32768}, "2026-12-01T10:00:05+00:00",
+     "gpt-5.4 · paper · t=— mt=32768 · rep=0/0 · 12-01 10:00:05"),  # not sent: a sweep must not look like 3 settings
+    (config(t=0.3), {"effective_max_tokens": 8192, "temperature_dropped": ["model"]}, None,
+     "gpt-5.4 · paper · t=— mt=8192 · rep=0/0"),  # dropped by the run; no date, no time stamp
+    (config(reps=(1, 2)), {}, "garbage", "gpt-5.4 · paper · t=0.1 mt=auto · rep=1/2"),
+])
+def test_run_names(cfg, stats, date, expected):
+    assert run_name(cfg, stats, date) == expected
+
+
+@pytest.mark.parametrize(("send", "dropped", "expected"), [
+    (True, [], True), (False, [], False), (True, ["model"], False), (True, ["claude"], True)])
+def test_temperature_sent(send, dropped, expected):
+    assert temperature_sent(config(send), {"temperature_dropped": dropped}) is expected
+
+
+def test_short_time_of_a_bad_date_is_empty():
+    assert short_time(None) == short_time("yesterday") == ""
+
+
+def test_warning_served_and_temperature_tags():
+    stats = {"warnings": [{"code": "reasoning_budget", "message": "under 32768"}, {"code": "judge on panel",
+                                                                                  "message": "x" * 9000}, "junk"],
+             "served_models": {"model": ["gpt-5.4-2026", "gpt-5.4-2027"], "claude": ["claude-x"]},
+             "temperature_dropped": ["model", "qwen"]}
+    tags = warning_tags(stats)
+    assert tags == {"wildtrace.warning.reasoning_budget": "under 32768",
+                    "wildtrace.warning.judge_on_panel": "x" * 5000,
+                    "model.served": "gpt-5.4-2026,gpt-5.4-2027", "judge.claude.served": "claude-x",
+                    "temperature.sent.model": "false", "temperature.sent.qwen": "false"}
+    assert warning_tags({}) == {}
+
+
+@pytest.mark.parametrize(("usage", "expected"), [
+    ({"prompt_tokens": 500, "completion_tokens": 40, "reasoning_tokens": 12},
+     {"input_tokens": 500, "output_tokens": 40, "total_tokens": 540}),
+    ({"prompt_tokens": 500, "completion_tokens": None}, {"input_tokens": 500, "output_tokens": 0, "total_tokens": 500}),
+    ({"prompt_tokens": None, "completion_tokens": None}, None),
+    ({"prompt_tokens": True, "completion_tokens": "7"}, None),  # not counts
+    ({}, None), (None, None), ("500", None),
+])
+def test_token_usage_in_mlflows_shape(usage, expected):
+    assert token_usage(usage) == expected
+
+
+@pytest.mark.parametrize(("row", "expected"), [
+    ({"started_at": 10.5, "latency_s": 0.25}, (10_500_000_000, 10_750_000_000)),
+    ({"started_at": 10, "latency_s": None}, (10_000_000_000, 10_000_000_000)),
+    ({"started_at": None, "latency_s": 1.0}, None),
+    ({"started_at": True}, None), ({}, None),
+])
+def test_span_window_from_a_row(row, expected):
+    assert window(row) == expected
+
+
+def test_long_texts_are_cut_and_say_so():
+    assert cap_text("a" * 20_005) == "a" * 20_000 + "… [5 more characters]"
+    assert cap_text("short") == "short" and cap_text(None) is None
+
+
+def test_chat_output_keeps_reasoning_apart_from_the_answer():
+    assert chat_out("Paris.", "stop", reasoning="think", error=None) == {
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Paris."}, "finish_reason": "stop"}],
+        "reasoning": "think"}
+
+
+@pytest.mark.parametrize(("marker", "uri", "force", "expected"), [
+    ({}, "sqlite:///a.db", False, ("new", None)),
+    ({"status": "logged", "run_id": "r1", "tracking_uri": "sqlite:///a.db"}, "sqlite:///a.db", False, ("skip", "r1")),
+    ({"status": "logged", "run_id": "r1", "tracking_uri": "sqlite:///a.db"}, "sqlite:///a.db", True, ("new", None)),
+    ({"status": "logged", "run_id": "r1", "tracking_uri": "sqlite:///a.db"}, "http://team:5000", False, ("new", None)),
+    ({"status": "logged", "run_id": "r1"}, "sqlite:///a.db", False, ("skip", "r1")),  # older marker: no uri kept
+    ({"status": "running", "run_id": "r1", "tracking_uri": "sqlite:///a.db"}, "sqlite:///a.db", False, ("resume", "r1")),
+    ({"status": "partial", "run_id": "r1"}, "sqlite:///a.db", False, ("resume", "r1")),
+    ({"status": "not_logged", "run_id": "r1"}, "sqlite:///a.db", False, ("resume", "r1")),
+    ({"status": "not_logged", "run_id": None}, "sqlite:///a.db", False, ("new", None)),  # MLflow never answered
+])
+def test_upload_plans(marker, uri, force, expected):
+    assert plan(marker, uri, force) == expected
+
+
+def test_multirun_summary_golden():
+    rows = [{"job": 0, "status": "finished", "overall": 28.25, "scored": 30.0, "run_id": "abc", "overrides": "t=0.0"},
+            {"job": 1, "status": "failed", "overall": None, "scored": None, "run_id": None, "overrides": "t=0.3"}]
+    assert summary_text(rows, "parent1") == (
+        "multirun: 2 jobs\n"
+        "job  status    overall   scored  run id / overrides\n"
+        "  0  finished   28.25%   30.00%  abc  t=0.0\n"
+        "  1  failed          —        —  (not logged)  t=0.3\n"
+        "mlflow parent run: parent1")

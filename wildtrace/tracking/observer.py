@@ -1,0 +1,104 @@
+"""MLflow as a run observer: the run is created when the run starts, traces are logged as
+tasks finish, and the rest is logged from the run directory when the run ends.
+
+The runtime calls these methods from its event loop and never imports this module; the
+entry point builds an ``MlflowObserver`` and hands it in. Nothing here raises: MLflow
+trouble is a warning, ``mlflow.json`` says ``not_logged`` and names the command that logs
+the run later (which completes this same MLflow run, see ``mlflow_logger``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+from wildtrace.core.events import RunEnd, RunObserver, RunStart, TaskDone
+from wildtrace.tracking.mlflow_logger import (NOT_LOGGED, PARTIAL, LOGGED, RUNNING, Target, TRACE_WAIT_S, complete_run,
+                                              create_run, open_target, read_run_dir, reason_of, say_not_logged,
+                                              write_marker)
+from wildtrace.tracking.store import global_tracking_uri, log, terminate_quietly
+from wildtrace.tracking.traces import TraceExporter, TraceTarget
+
+#: RunEnd.status → the MLflow status a run that cannot be logged is closed with.
+CLOSE_STATUS = {"finished": "FAILED", "partial": "KILLED", "failed": "FAILED"}
+#: How long a run whose store is failing still waits for traces in flight.
+FAILING_WAIT_S = 15.0
+
+
+class MlflowObserver(RunObserver):
+    """Logs one run to MLflow while it goes (see the module's docstring)."""
+
+    def __init__(self, tracking_uri: str, experiment: str, artifact_location: str | None = None,
+                 log_documents: bool = True, parent_run_id: str | None = None) -> None:
+        """Where to log; ``parent_run_id``: the sweep's parent when the run is a multirun job."""
+        self.tracking_uri = tracking_uri
+        self.experiment = experiment
+        self.artifact_location = artifact_location
+        self.log_documents = log_documents
+        self.parent_run_id = parent_run_id
+        self.target: Target | None = None
+        self.exporter: TraceExporter | None = None
+        self.out_dir: Path | None = None
+        self._uri_scope = contextlib.ExitStack()
+
+    def _config(self, config: dict) -> dict:
+        """The run's config with this observer's MLflow settings (they win over the file's)."""
+        mlflow = {**config.get("mlflow", {}), "tracking_uri": self.tracking_uri, "experiment": self.experiment,
+                  "artifact_location": self.artifact_location, "log_documents": self.log_documents}
+        return {**config, "mlflow": mlflow}
+
+    def run_started(self, start: RunStart) -> None:
+        """Create the MLflow run and leave its id in the run directory at once (a kill keeps it)."""
+        self.out_dir = Path(start.out_dir)
+        self.parent_run_id = start.parent_run_id or self.parent_run_id
+        try:
+            config = self._config(start.config)
+            target = open_target(self.tracking_uri, config, self.experiment)
+            self.target = create_run(target, config, {}, start.out_dir, start.run_date, self.parent_run_id)
+            write_marker(self.out_dir, RUNNING, self.target, self.parent_run_id)
+            self._uri_scope.enter_context(global_tracking_uri(self.tracking_uri))
+            routes = {k: v.get("route", k) for k, v in config["judge_panel"]["judges"].items()}
+            self.exporter = TraceExporter(TraceTarget(self.target.experiment_id, self.target.run_id, routes,
+                                                      config["model"].get("route")))
+        except Exception as exc:  # noqa: BLE001 - MLflow trouble must never cost results
+            log.warning("MLflow: could not start a run (%s); the run goes on unlogged", reason_of(exc))
+            self._abandon()
+
+    def task_done(self, done: TaskDone) -> None:
+        """Queue the task's trace for the export thread (never blocks the event loop)."""
+        if self.exporter is not None:
+            self.exporter.submit(done)
+
+    def run_finished(self, end: RunEnd) -> str | None:
+        """Log the run directory, wait for the traces, close the run; its id, or None when not logged."""
+        path = Path(end.out_dir)
+        try:
+            if self.target is None:
+                raise RuntimeError("the MLflow run could not be started")
+            if end.status == "failed":
+                raise RuntimeError("the run failed before its files were complete")
+            rd = read_run_dir(path)
+            if end.status == "partial":  # the files may predate the stop: the event is the truth
+                rd.stats["status"] = "partial"
+            complete_run(self.target, rd, self.parent_run_id, self.exporter)
+        except Exception as exc:  # noqa: BLE001 - MLflow trouble must never cost results
+            reason = reason_of(exc)
+            if self.exporter is not None:  # the store is failing: do not wait on its trace retries
+                self.exporter.close(FAILING_WAIT_S)
+                self.exporter = None
+            if self.target is not None:
+                terminate_quietly(self.target.client, self.target.run_id, CLOSE_STATUS.get(end.status, "FAILED"))
+            write_marker(path, NOT_LOGGED, self.target, self.parent_run_id, reason)
+            say_not_logged(path, reason)
+            return None
+        finally:
+            self._abandon()
+        write_marker(path, PARTIAL if rd.status == "partial" else LOGGED, self.target, self.parent_run_id)
+        return self.target.run_id
+
+    def _abandon(self) -> None:
+        """Stop the trace thread (if any) and give the global tracking URI back."""
+        if self.exporter is not None:
+            self.exporter.close(TRACE_WAIT_S)
+            self.exporter = None
+        self._uri_scope.close()

@@ -1,0 +1,280 @@
+"""A run directory read back, and what MLflow gets from it: params, tags, metrics, tables.
+
+No MLflow here: plain data in, plain data out, so these are tested without a store and the
+end of a run and ``upload`` compute the same things.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from wildtrace.core import views
+from wildtrace.core.records import OUT_OF_CONTEXT
+
+RUN_FILES = ("scores.json", "responses.json", "judgments.json", "run_stats.json", "config.json")
+MAX_PARAM_CHARS = 6000
+MAX_TAG_CHARS = 5000
+
+
+@dataclass
+class RunDir:
+    """A run directory, read back (old directories lack the newer optional fields)."""
+
+    path: Path
+    """The run directory, absolute."""
+    config: dict
+    """config.json: the resolved settings (key names only)."""
+    stats: dict
+    """run_stats.json (empty when the run stopped before writing it)."""
+    scores: dict | None
+    """scores.json, or None for stage=answer."""
+    responses: list[dict]
+    """responses.json rows."""
+    judgments: list[dict]
+    """judgments.json rows."""
+
+    @property
+    def mlflow(self) -> dict:
+        """The run's mlflow settings."""
+        return self.config["mlflow"]
+
+    @property
+    def status(self) -> str:
+        """"finished" or "partial", as run_stats.json says (old runs: finished)."""
+        return str(self.stats.get("status") or "finished")
+
+
+def _load(path: Path, default: Any = None) -> Any:
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else default
+
+
+def read_run_dir(path: str | Path) -> RunDir:
+    """Load the files a run wrote; a folder without config.json is not a run directory."""
+    path = Path(path).resolve()
+    if not (path / "config.json").exists() or not (path / "responses.json").exists():
+        raise FileNotFoundError(f"{path}: not a wildtrace run directory (no config.json / responses.json)")
+    return RunDir(path, _load(path / "config.json"), _load(path / "run_stats.json", {}), _load(path / "scores.json"),
+                  _load(path / "responses.json", []), _load(path / "judgments.json", []))
+
+
+def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """Nested mapping → {"a.b.c": "value"} (the config holds key NAMES only, never keys)."""
+    out: dict[str, str] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            out.update(flatten(value, name + "."))
+        else:
+            out[name] = str(value)[:MAX_PARAM_CHARS]
+    return out
+
+
+def metric_name(*parts: str) -> str:
+    """A legal MLflow metric name from parts (alphanumerics, _ - . / and space)."""
+    return ".".join(re.sub(r"[^A-Za-z0-9_\-/ ]", "_", str(p)) for p in parts)
+
+
+def tag_part(text: Any) -> str:
+    """A warning code or endpoint label as one part of a tag key (letters, digits, _ - only)."""
+    return re.sub(r"[^A-Za-z0-9_\-]", "_", str(text))
+
+
+def temperature_sent(config: Mapping, stats: Mapping) -> bool:
+    """Whether the model under test really received a temperature.
+
+    False when its config omits it (spec §2) or the run dropped it (the endpoint refused it).
+    """
+    return bool(config["model"].get("send_temperature", True)) and "model" not in stats.get("temperature_dropped", [])
+
+
+def short_time(run_date: str | None) -> str:
+    """"12-01 10:00:05" from an ISO date; empty when there is none."""
+    try:
+        return datetime.datetime.fromisoformat(str(run_date)).strftime("%m-%d %H:%M:%S")
+    except ValueError:
+        return ""
+
+
+def run_name(config: Mapping, stats: Mapping, run_date: str | None) -> str:
+    """model · panel · t= · mt= · rep · time: what tells runs apart in MLflow's lists.
+
+    ``t=—`` when the temperature was not sent: a temperature sweep over such a model must not
+    look like several settings.
+    """
+    d = config["decoding"]
+    t = d["temperature"] if temperature_sent(config, stats) else "—"
+    mt = stats.get("effective_max_tokens") or d.get("max_tokens") or "auto"
+    parts = [str(config["model"]["name"]), str(config["judge_panel"]["name"]), f"t={t} mt={mt}",
+             f"rep={d['replicate']}/{config['judge_panel']['replicate']}", short_time(run_date)]
+    return " · ".join(p for p in parts if p)
+
+
+def params_of(rd: RunDir) -> dict[str, str]:
+    """The resolved configuration, dotted, plus the effective budget and the temperature really sent."""
+    config = {k: v for k, v in rd.config.items() if k not in ("out_dir", "progress")}
+    params = flatten(config)
+    params["decoding.effective_max_tokens"] = str(rd.stats.get("effective_max_tokens"))
+    params["decoding.temperature_sent"] = str(temperature_sent(rd.config, rd.stats)).lower()
+    return params
+
+
+def base_tags(config: Mapping, out_dir: str, parent_run_id: str | None) -> dict[str, str]:
+    """The tags a run has from its first moment (before any file exists)."""
+    tags = {
+        "wildtrace.run_dir": str(out_dir),
+        "wildtrace.stage": config.get("stage"),
+        "model.route": config["model"]["route"],
+        "judge_panel.name": config["judge_panel"]["name"],
+        "dataset.name": config.get("dataset", {}).get("name"),
+        "replicate.decoding": str(config["decoding"]["replicate"]),
+        "replicate.judge_panel": str(config["judge_panel"]["replicate"]),
+        "context_policy": (f"native caps en={config['model']['caps']['en']} cjk={config['model']['caps']['cjk']} "
+                           "chars; cjk if >20 of U+4E00-U+9FFF in first 4000 chars; len>cap → out_of_context_scope = 0"),
+    }
+    if parent_run_id:
+        tags["mlflow.parentRunId"] = parent_run_id
+    return {k: str(v) for k, v in tags.items() if v is not None}
+
+
+def warning_tags(stats: Mapping) -> dict[str, str]:
+    """run_stats warnings as ``wildtrace.warning.<code>``, served models, temperatures dropped."""
+    tags: dict[str, str] = {}
+    for w in stats.get("warnings", []) or []:
+        if isinstance(w, Mapping) and w.get("code"):
+            tags[f"wildtrace.warning.{tag_part(w['code'])}"] = str(w.get("message", ""))[:MAX_TAG_CHARS]
+    served = stats.get("served_models", {}) or {}
+    for label, models in served.items():
+        key = "model.served" if label == "model" else f"judge.{tag_part(label)}.served"
+        tags[key] = ",".join(map(str, models))[:MAX_TAG_CHARS]
+    for label in stats.get("temperature_dropped", []) or []:
+        tags[f"temperature.sent.{tag_part(label)}"] = "false"
+    return tags
+
+
+def tags_of(rd: RunDir, parent_run_id: str | None) -> dict[str, str]:
+    """Provenance: harness, data, date, context policy, overrides, replicates, warnings."""
+    s, d = rd.stats, rd.stats.get("dataset", {})
+    tags = {
+        **base_tags(rd.config, str(rd.path), parent_run_id),
+        "wildtrace.version": s.get("harness_version"),
+        "wildtrace.git_commit": s.get("git_commit"),
+        "wildtrace.prompts_sha256": s.get("prompts_sha256"),
+        "wildtrace.status": rd.status,
+        "run_date": s.get("run_date"),
+        "dataset.name": d.get("name"),
+        "dataset.tasks_sha256": d.get("tasks_sha256"),
+        "dataset.freeze_id": d.get("freeze_id"),
+        "dataset.release_version": d.get("release_version"),
+        "hydra.overrides": " ".join(s.get("overrides", [])),
+    }
+    tags.update(warning_tags(s))
+    return {k: str(v)[:MAX_TAG_CHARS] for k, v in tags.items() if v is not None}
+
+
+def _frames(rd: RunDir) -> tuple[pd.DataFrame, pd.DataFrame]:
+    judgments = views.judgments_frame(rd.judgments)
+    tasks = pd.DataFrame((rd.scores or {}).get("tasks", []))
+    return tasks, judgments
+
+
+def _score_metrics(s: Mapping) -> dict[str, Any]:
+    m: dict[str, Any] = {}
+    for key in ("overall", "scored", "n_total", "n_scored", "n_out_of_context", "n_failed", "n_unscored", "n_missing"):
+        if s.get(key) is not None:
+            m[key] = s[key]
+    for judge, row in s.get("judges", {}).items():
+        for key in ("mean", "unavailable_rate", "n"):
+            if row.get(key) is not None:
+                m[metric_name("judge", judge, key)] = row[key]
+    return m
+
+
+def _breakdown_metrics(rd: RunDir) -> dict[str, Any]:
+    m: dict[str, Any] = {}
+    tasks, judgments = _frames(rd)
+    for pair, row in views.agreement(judgments).items():
+        for key in ("mad", "corr"):
+            if row[key] is not None:
+                m[metric_name("agreement", pair.replace("~", "__"), key)] = row[key]
+    if not len(tasks):
+        return m
+    for column, label in ((views.PARADIGM, "paradigm"), (views.TIER, "tier")):
+        if column not in tasks:
+            continue
+        for row in views.breakdown(tasks[[views.QID, views.STATUS, views.SCORE]], tasks, column).to_dict("records"):
+            for key in ("all", "scored"):
+                if row[key] is not None and row[key] == row[key]:
+                    m[metric_name(label, row[column], key)] = 100.0 * row[key]
+    return m
+
+
+def metrics_of(rd: RunDir) -> dict[str, float]:
+    """Headline, counts, per judge, agreement, per paradigm and tier, tokens, requests, time."""
+    m = {**_score_metrics(rd.scores or {}), **_breakdown_metrics(rd)}
+    for usage in views.token_totals(rd.responses).values():
+        for key, value in usage.items():
+            m[metric_name("tokens", "model", key)] = value
+    for judge, usage in views.token_totals(rd.judgments, "judge").items():
+        for key, value in usage.items():
+            m[metric_name("tokens", "judge", judge, key)] = value
+    for label, count in rd.stats.get("requests", {}).items():
+        m[metric_name("requests", label)] = count
+    for key in ("retries", "cache_hits", "wall_s"):
+        if key in rd.stats:
+            m[key] = rd.stats[key]
+    return {k: float(v) for k, v in m.items()}
+
+
+def _json(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, ensure_ascii=False, default=str)
+
+
+def task_table(rd: RunDir, document_uris: Mapping[str, str] | None = None) -> pd.DataFrame:
+    """A row per task: caps decision, document and prompt by reference, raw answer and provider JSON, score.
+
+    ``document_uris``: sha256 → where the document is stored once (see tracking.documents).
+    """
+    scores = {t["question_id"]: t for t in (rd.scores or {}).get("tasks", [])}
+    uris = document_uris or {}
+    rows = []
+    for r in rd.responses:
+        caps, doc = r.get("caps") or {}, r.get("document") or {}
+        score = scores.get(r["question_id"], {})
+        rows.append({
+            "question_id": r["question_id"], "status": r["status"], "reason": r.get("reason"),
+            "paradigm": score.get("paradigm"), "context_tier": score.get("context_tier"),
+            "corpus_file": doc.get("corpus_file"), "document_sha256": doc.get("sha256"),
+            "document_uri": uris.get(doc.get("sha256") or ""),
+            "doc_chars": caps.get("doc_chars"), "ideographs": caps.get("ideographs"), "cap_kind": caps.get("cap_kind"),
+            "cap": caps.get("cap"), "scope": caps.get("scope"), "prompt_sha256": r.get("prompt_sha256"),
+            "prompt": r.get("prompt_ref"), "response": r.get("response"), "reasoning": r.get("reasoning"),
+            "finish_reason": r.get("finish_reason"), "served_model": r.get("served_model"),
+            "cached": r.get("cached"), "attempts": r.get("attempts"), "error": r.get("error"), "raw": _json(r.get("raw")),
+            "task_status": score.get("status"), "score": score.get("score"),
+        })
+    return pd.DataFrame(rows)
+
+
+def judgment_table(rd: RunDir) -> pd.DataFrame:
+    """A row per (task, judge): the full judge prompt, raw reply, parsed JSON, total, score or why not."""
+    return pd.DataFrame([{
+        "question_id": j["question_id"], "judge": j["judge"], "status": j["status"], "reason": j.get("reason"),
+        "total": j.get("total"), "score": j.get("score"), "prompt": j.get("prompt"), "reply": j.get("reply"),
+        "parsed": _json(j.get("parsed")), "error": j.get("error"), "attempts": j.get("attempts"),
+        "cached": j.get("cached"), "served_model": j.get("served_model"),
+    } for j in rd.judgments])
+
+
+def task_status_of(answer: Mapping, score_row: Mapping | None) -> str:
+    """A task's status for its trace: scores.json's, else the answer's."""
+    if score_row and score_row.get("status"):
+        return str(score_row["status"])
+    return OUT_OF_CONTEXT if answer.get("status") == OUT_OF_CONTEXT else str(answer.get("status"))
