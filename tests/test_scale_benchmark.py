@@ -243,19 +243,20 @@ def test_reduced_peak_rss_under_a_gigabyte(reduced) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 7 item 2: MLflow logs every trace after the last call (3.8-4.2x measured at c42484b)")
+@pytest.mark.xfail(strict=True, reason="the run still spends ~3.5 s in MLflow after its last reply (storing the "
+                   "corpus once, the run's tables, flushing traces): 2.5x the ideal at this reduced size, measured")
 def test_reduced_wall_within_one_and_a_half_ideals(reduced) -> None:
     assert reduced["ratios"]["wall_over_ideal"] <= 1.5
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 7 item 2: MLflow logs every trace after the last call (66-72 % measured at c42484b)")
+@pytest.mark.xfail(strict=False, reason="MLflow's share of a 7 s reduced run measured 51-63 % after traces moved off "
+                   "the loop: at the margin, so not strict (it may pass)")
 def test_reduced_mlflow_share_under_half(reduced) -> None:
     assert reduced["ratios"]["mlflow_share"] <= 0.5
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 7 item 2: every run copies every document into its artifacts (107 % at c42484b)")
 def test_reduced_second_run_stores_under_half_the_corpus(reduced) -> None:
     assert reduced["ratios"]["store_growth_over_corpus"] < 0.5
 

@@ -10,6 +10,7 @@ the run later (which completes this same MLflow run, see ``mlflow_logger``).
 from __future__ import annotations
 
 import contextlib
+import threading
 from pathlib import Path
 
 from wildtrace.core.events import RunEnd, RunObserver, RunStart, TaskDone
@@ -40,6 +41,9 @@ class MlflowObserver(RunObserver):
         self.exporter: TraceExporter | None = None
         self.out_dir: Path | None = None
         self._uri_scope = contextlib.ExitStack()
+        self._lock = threading.Lock()
+        self._pending: list[TaskDone] = []  # tasks done before the MLflow run existed
+        self._starter: threading.Thread | None = None
 
     def _config(self, config: dict) -> dict:
         """The run's config with this observer's MLflow settings (they win over the file's)."""
@@ -48,30 +52,51 @@ class MlflowObserver(RunObserver):
         return {**config, "mlflow": mlflow}
 
     def run_started(self, start: RunStart) -> None:
-        """Create the MLflow run and leave its id in the run directory at once (a kill keeps it)."""
+        """Create the MLflow run off the event loop and leave its id in the run directory as soon as it exists.
+
+        Opening a store costs seconds (SQLite's schema check, a server's round trips): the first
+        requests go out meanwhile, and tasks that finish before the run exists wait in a list.
+        """
         self.out_dir = Path(start.out_dir)
         self.parent_run_id = start.parent_run_id or self.parent_run_id
+        self._starter = threading.Thread(target=self._start, args=(start,), name="wildtrace-mlflow-start",
+                                         daemon=True)
+        self._starter.start()
+
+    def _start(self, start: RunStart) -> None:
         try:
             config = self._config(start.config)
             target = open_target(self.tracking_uri, config, self.experiment)
             self.target = create_run(target, config, {}, start.out_dir, start.run_date, self.parent_run_id)
-            write_marker(self.out_dir, RUNNING, self.target, self.parent_run_id)
+            write_marker(Path(start.out_dir), RUNNING, self.target, self.parent_run_id)
             self._uri_scope.enter_context(global_tracking_uri(self.tracking_uri))
             routes = {k: v.get("route", k) for k, v in config["judge_panel"]["judges"].items()}
-            self.exporter = TraceExporter(TraceTarget(self.target.experiment_id, self.target.run_id, routes,
-                                                      config["model"].get("route")))
+            exporter = TraceExporter(TraceTarget(self.target.experiment_id, self.target.run_id, routes,
+                                                 config["model"].get("route")))
         except Exception as exc:  # noqa: BLE001 - MLflow trouble must never cost results
             log.warning("MLflow: could not start a run (%s); the run goes on unlogged", reason_of(exc))
-            self._abandon()
+            with self._lock:
+                self._pending.clear()
+            return
+        with self._lock:
+            for done in self._pending:
+                exporter.submit(done)
+            self._pending.clear()
+            self.exporter = exporter
 
     def task_done(self, done: TaskDone) -> None:
         """Queue the task's trace for the export thread (never blocks the event loop)."""
-        if self.exporter is not None:
-            self.exporter.submit(done)
+        with self._lock:
+            if self.exporter is not None:
+                self.exporter.submit(done)
+            elif self._starter is not None and self._starter.is_alive():
+                self._pending.append(done)
 
     def run_finished(self, end: RunEnd) -> str | None:
         """Log the run directory, wait for the traces, close the run; its id, or None when not logged."""
         path = Path(end.out_dir)
+        if self._starter is not None:
+            self._starter.join()
         try:
             if self.target is None:
                 raise RuntimeError("the MLflow run could not be started")
