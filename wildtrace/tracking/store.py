@@ -22,6 +22,10 @@ for _name, _value in (("MLFLOW_TRACE_BUFFER_MAX_SIZE", "100000"),
                       ("MLFLOW_ASYNC_TRACE_LOGGING_MAX_INTERVAL_MILLIS", "1000"),
                       # a trace export retries 500 s against a dead server (per trace, at exit too)
                       ("MLFLOW_ASYNC_TRACE_LOGGING_RETRY_TIMEOUT", "10"),
+                      # Ten export workers race a trace's spans against its own trace info; on SQLite
+                      # the loser drops the trace ("Could not create trace_info … dropped", seen on a
+                      # fully cached 481-task rerun). One writer is what SQLite does anyway.
+                      ("MLFLOW_ASYNC_TRACE_LOGGING_MAX_WORKERS", "1"),
                       ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2"),
                       ("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")):
     os.environ.setdefault(_name, _value)
