@@ -139,6 +139,7 @@ def logged(tmp_path_factory):
     s = scripted_run(tmp_path_factory.mktemp("observed"))
     obs = s.observer()
     obs.run_started(s.start())
+    assert obs.wait_started(30)  # the MLflow run is made off the event loop, in seconds
     marker = read_marker(s.out_dir)
     for done in s.dones[:2]:
         obs.task_done(done)
@@ -235,6 +236,7 @@ def test_upload_completes_a_run_cut_off_mid_way(tmp_path):
     s = scripted_run(tmp_path, n=5)
     obs = s.observer()
     obs.run_started(s.start())
+    assert obs.wait_started(30)
     run_id = read_marker(s.out_dir)["run_id"]
     for done in s.dones[:2]:
         obs.task_done(done)

@@ -10,6 +10,7 @@ never uploaded again, and each run points at it (tag ``wildtrace.documents_run_i
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -70,14 +71,49 @@ def run_documents(rd: RunDir) -> dict[str, Path]:
     return found
 
 
-def store_documents(client: Any, rd: RunDir, artifact_location: str | None) -> tuple[str, dict[str, str]]:
+class DocumentUploader:
+    """Puts documents into the store once, whichever thread asks: the trace thread as tasks
+    finish (so the copy is spread over the run), and the end of the run for the rest."""
+
+    def __init__(self, client: Any, artifact_location: str | None) -> None:
+        """Upload through ``client`` into the store beside ``artifact_location``."""
+        self.client, self.artifact_location = client, artifact_location
+        self._lock = threading.Lock()
+        self._store_run: str | None = None
+        self._stored: set[str] = set()
+
+    def store_run(self) -> str:
+        """The documents run (created on first use), with what it already holds listed once."""
+        with self._lock:
+            return self._open()
+
+    def _open(self) -> str:
+        if self._store_run is None:
+            self._store_run = document_store(self.client, self.artifact_location)
+            self._stored = {Path(a.path).name for a in self.client.list_artifacts(self._store_run, PREFIX)}
+        return self._store_run
+
+    def put(self, sha: str, path: Path) -> str:
+        """Store ``path`` under its sha256 unless it is there; its ``runs:/`` URI."""
+        with self._lock:
+            run = self._open()
+            if sha not in self._stored:
+                self.client.log_artifact(run, str(path), artifact_path=f"{PREFIX}/{sha}")
+                self._stored.add(sha)
+            return f"runs:/{run}/{PREFIX}/{sha}/{path.name}"
+
+    def put_task(self, answer: Mapping, corpus_dir: str) -> None:
+        """The document of one finished task (its responses.json row), if not stored yet."""
+        doc: Mapping = answer.get("document") or {}
+        sha, name = doc.get("sha256"), doc.get("corpus_file")
+        if not sha or not name or sha in self._stored:
+            return
+        self.put(sha, resolve_corpus_file(Path(corpus_dir), name, "documents"))
+
+
+def store_documents(client: Any, rd: RunDir, artifact_location: str | None,
+                    uploader: DocumentUploader | None = None) -> tuple[str, dict[str, str]]:
     """Upload the run's documents the store lacks; (store run id, sha256 → runs:/ URI of each)."""
-    store_run = document_store(client, artifact_location)
-    stored = {Path(a.path).name for a in client.list_artifacts(store_run, PREFIX)}
-    uris: dict[str, str] = {}
-    for sha, path in run_documents(rd).items():
-        if sha not in stored:
-            client.log_artifact(store_run, str(path), artifact_path=f"{PREFIX}/{sha}")
-            stored.add(sha)
-        uris[sha] = f"runs:/{store_run}/{PREFIX}/{sha}/{path.name}"
-    return store_run, uris
+    uploader = uploader or DocumentUploader(client, artifact_location)
+    uris = {sha: uploader.put(sha, path) for sha, path in run_documents(rd).items()}
+    return uploader.store_run(), uris

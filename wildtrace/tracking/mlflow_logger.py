@@ -158,7 +158,8 @@ def log_dataset(client: Any, run_id: str, rd: RunDir) -> None:
             time.sleep(0.2 * (attempt + 1))
 
 
-def log_contents(target: Target, rd: RunDir, parent_run_id: str | None) -> None:
+def log_contents(target: Target, rd: RunDir, parent_run_id: str | None,
+                 uploader: documents.DocumentUploader | None = None) -> None:
     """Params, tags, metrics, run files, tables, dataset input and documents (idempotent)."""
     from mlflow.entities import Metric, Param, RunTag
 
@@ -167,7 +168,7 @@ def log_contents(target: Target, rd: RunDir, parent_run_id: str | None) -> None:
     rename_if_needed(target, rd)
     uris: dict[str, str] = {}
     if rd.mlflow.get("log_documents", True):
-        store_run, uris = documents.store_documents(client, rd, target.artifact_location)
+        store_run, uris = documents.store_documents(client, rd, target.artifact_location, uploader)
         tags[documents.RUN_TAG] = store_run
     for chunk in _batches([Param(k, v) for k, v in params_of(rd).items()], 100):
         client.log_batch(run_id, params=chunk)
@@ -211,14 +212,15 @@ def finish_traces(target: Target, rd: RunDir, exporter: TraceExporter | None = N
     return len(by_id)
 
 
-def complete_run(target: Target, rd: RunDir, parent_run_id: str | None, exporter: TraceExporter | None = None) -> str:
+def complete_run(target: Target, rd: RunDir, parent_run_id: str | None, exporter: TraceExporter | None = None,
+                 uploader: documents.DocumentUploader | None = None) -> str:
     """Log everything of ``rd`` into the existing run ``target.run_id`` and close it.
 
     FINISHED, or KILLED for a partial run; on any failure the run is marked FAILED (where the
     store still answers) and the exception propagates, for the caller to report.
     """
     try:
-        log_contents(target, rd, parent_run_id)
+        log_contents(target, rd, parent_run_id, uploader)
         with global_tracking_uri(target.tracking_uri):
             finish_traces(target, rd, exporter)
         target.client.set_terminated(target.run_id, "KILLED" if rd.status == "partial" else "FINISHED")

@@ -10,6 +10,7 @@ the run later (which completes this same MLflow run, see ``mlflow_logger``).
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from wildtrace.core.events import RunEnd, RunObserver, RunStart, TaskDone
 from wildtrace.tracking.mlflow_logger import (NOT_LOGGED, PARTIAL, LOGGED, RUNNING, Target, TRACE_WAIT_S, complete_run,
                                               create_run, open_target, read_run_dir, reason_of, say_not_logged,
                                               write_marker)
+from wildtrace.tracking.documents import DocumentUploader
 from wildtrace.tracking.store import global_tracking_uri, log, terminate_quietly
 from wildtrace.tracking.traces import TraceExporter, TraceTarget
 
@@ -44,6 +46,7 @@ class MlflowObserver(RunObserver):
         self._lock = threading.Lock()
         self._pending: list[TaskDone] = []  # tasks done before the MLflow run existed
         self._starter: threading.Thread | None = None
+        self.documents: DocumentUploader | None = None  # shared with the end of the run: one upload each
 
     def _config(self, config: dict) -> dict:
         """The run's config with this observer's MLflow settings (they win over the file's)."""
@@ -63,6 +66,13 @@ class MlflowObserver(RunObserver):
                                          daemon=True)
         self._starter.start()
 
+    def wait_started(self, timeout: float | None = None) -> bool:
+        """Wait until the MLflow run exists (or could not be made); False if still starting after ``timeout``."""
+        if self._starter is not None:
+            self._starter.join(timeout)
+            return not self._starter.is_alive()
+        return True
+
     def _start(self, start: RunStart) -> None:
         try:
             config = self._config(start.config)
@@ -71,8 +81,12 @@ class MlflowObserver(RunObserver):
             write_marker(Path(start.out_dir), RUNNING, self.target, self.parent_run_id)
             self._uri_scope.enter_context(global_tracking_uri(self.tracking_uri))
             routes = {k: v.get("route", k) for k, v in config["judge_panel"]["judges"].items()}
+            also = None
+            if self.log_documents:  # copy each document while the run goes, not all of them at its end
+                self.documents = DocumentUploader(self.target.client, self.target.artifact_location)
+                also = functools.partial(self._store_document, self.documents, config["dataset"]["corpus"])
             exporter = TraceExporter(TraceTarget(self.target.experiment_id, self.target.run_id, routes,
-                                                 config["model"].get("route")))
+                                                 config["model"].get("route")), also=also)
         except Exception as exc:  # noqa: BLE001 - MLflow trouble must never cost results
             log.warning("MLflow: could not start a run (%s); the run goes on unlogged", reason_of(exc))
             with self._lock:
@@ -83,6 +97,10 @@ class MlflowObserver(RunObserver):
                 exporter.submit(done)
             self._pending.clear()
             self.exporter = exporter
+
+    @staticmethod
+    def _store_document(uploader: DocumentUploader, corpus: str, done: TaskDone) -> None:
+        uploader.put_task(done.answer, corpus)
 
     def task_done(self, done: TaskDone) -> None:
         """Queue the task's trace for the export thread (never blocks the event loop)."""
@@ -95,8 +113,7 @@ class MlflowObserver(RunObserver):
     def run_finished(self, end: RunEnd) -> str | None:
         """Log the run directory, wait for the traces, close the run; its id, or None when not logged."""
         path = Path(end.out_dir)
-        if self._starter is not None:
-            self._starter.join()
+        self.wait_started()
         try:
             if self.target is None:
                 raise RuntimeError("the MLflow run could not be started")
@@ -105,7 +122,7 @@ class MlflowObserver(RunObserver):
             rd = read_run_dir(path)
             if end.status == "partial":  # the files may predate the stop: the event is the truth
                 rd.stats["status"] = "partial"
-            complete_run(self.target, rd, self.parent_run_id, self.exporter)
+            complete_run(self.target, rd, self.parent_run_id, self.exporter, self.documents)
         except Exception as exc:  # noqa: BLE001 - MLflow trouble must never cost results
             reason = reason_of(exc)
             if self.exporter is not None:  # the store is failing: do not wait on its trace retries

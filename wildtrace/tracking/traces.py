@@ -15,7 +15,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -234,9 +234,12 @@ class TraceExporter:
     Failures are counted and logged, never raised: the trace export may be redone by upload.
     """
 
-    def __init__(self, target: TraceTarget, skip: Iterable[str] = ()) -> None:
-        """Export to ``target``; ``skip`` are tasks already traced in the store."""
+    def __init__(self, target: TraceTarget, skip: Iterable[str] = (),
+                 also: Callable[[TaskDone], None] | None = None) -> None:
+        """Export to ``target``; ``skip`` are tasks already traced in the store; ``also`` runs on
+        this thread for each finished task too (the run's documents go to the store this way)."""
         self.target = target
+        self.also = also
         self.traced: set[str] = set(skip)
         self.submitted: set[str] = set(skip)
         self.errors = 0
@@ -274,6 +277,11 @@ class TraceExporter:
                     since_flush.append((build_trace(done, self.target), done))
                 except Exception as exc:  # noqa: BLE001 - one bad row must not stop the others
                     self._failed(done.question_id, exc)
+                if self.also is not None:
+                    try:
+                        self.also(done)
+                    except Exception as exc:  # noqa: BLE001 - the end of the run tries again
+                        log.warning("MLflow: document of task %s not stored yet (%s)", done.question_id, exc)
             if since_flush and (done is None or len(since_flush) >= FLUSH_EVERY):
                 self._flush(since_flush)
                 since_flush = []
