@@ -79,3 +79,14 @@ def test_the_plan_counts_pending_judge_calls_for_answers_not_yet_known(tmp_path,
                     "judge calls: 0 to make (+ up to 4 for new answers), 0 from the cache")
     rows = json.loads((tmp_path / "run" / "responses.json").read_text())
     assert [r["cached"] for r in rows] == [False] * 5
+
+
+def test_off_a_terminal_the_run_logs_progress_lines_with_each_endpoints_limit(tmp_path, release, monkeypatch, caplog):
+    monkeypatch.setenv("KEY_JUDGE_A", "sk-a")
+    with LoopbackServer(responder) as server, caplog.at_level(logging.INFO, logger="wildtrace"):
+        cfg = settings(tmp_path, overrides(server, release, "progress_every_s=0.01"), judges=panel(server, "judge-a"),
+                       progress=True)
+        run(cfg)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("progress:")]
+    assert lines and lines[-1].startswith("progress: 5/5 tasks (")
+    assert "ok 4 · failed 0 · ooc 1 · judged 4 · unavailable 0 · retries 0 · limits model=16 judge_a=16" in lines[-1]

@@ -370,3 +370,32 @@ def test_preflight_prints_a_table_and_exits_by_result(tmp_path, test_key):
     assert test_key not in good.stdout + good.stderr + bad.stdout + bad.stderr
     # no document was sent
     assert all(len(c.raw) < 2000 for c in server.calls)
+
+
+def test_a_model_served_under_another_name_is_recorded_and_warned(tmp_path, release):
+    def responder(call: Call) -> Reply:
+        reply = chat("Worn seal.")
+        reply.body["model"] = "test-model-2026-03-05" if call.seen == 0 and "[q0]" in call.prompt else "other-model"
+        return reply
+
+    with LoopbackServer(responder) as server:
+        result = run(settings(tmp_path, model_overrides(server, release, "stage=answer", "model.stream=false")))
+    assert result.stats["served_models"] == {"model": ["other-model", "test-model-2026-03-05"]}
+    rows = json.loads((result.out_dir / "responses.json").read_text())
+    assert [r["served_model"] for r in rows] == ["test-model-2026-03-05", "other-model", "other-model"]
+    warnings = [w for w in result.stats["warnings"] if w["code"] == "served_model"]
+    assert [w["message"] for w in warnings] == ["model: asked for route 'test-model', the responses name 'other-model'"]
+    assert "warning: model: asked for route 'test-model'" in result.headline  # a dated suffix is no warning
+
+
+def test_max_call_s_bounds_an_attempt_that_keeps_trickling(tmp_path, release):
+    def responder(call: Call) -> Reply:
+        if call.seen == 0:  # bytes every 0.3 s (never silent for timeout_s), for 6 s in all
+            return chat_stream("x" * 20, pieces=20, chunk_delay_s=0.3)
+        return chat_stream("Worn seal.")
+
+    with LoopbackServer(responder) as server:
+        result = run(settings(tmp_path, model_overrides(server, release, "stage=answer", "dataset.limit=1",
+                                                        "model.timeout_s=1", "model.max_call_s=1.5")))
+    (row,) = json.loads((result.out_dir / "responses.json").read_text())
+    assert row["status"] == R.ANSWERED and row["response"] == "Worn seal." and row["attempts"] == 2
