@@ -106,6 +106,7 @@ def test_a_server_that_dies_mid_run_leaves_a_run_upload_completes(tmp_path):
     try:
         obs = MlflowObserver(url, "team")
         obs.run_started(s.start())
+        assert obs.wait_started(60)  # the MLflow run is made off the event loop
         run_id = read_marker(s.out_dir)["run_id"]
         for done in s.dones[:3]:
             obs.task_done(done)
