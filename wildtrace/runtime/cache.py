@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from wildtrace.runtime.outputs import FILE_MODE
+from wildtrace.files import FILE_MODE
 
 CACHE_VERSION = 1
 #: The fields a stored outcome must have; an entry of another shape is a miss.

@@ -33,7 +33,7 @@ from wildtrace.providers.registry import make_provider
 from wildtrace.runtime.cache import Cache, StorageError, check_writable
 from wildtrace.runtime.dataset import Dataset, load_dataset
 from wildtrace.runtime.http import Endpoint
-from wildtrace.runtime.outputs import write_json
+from wildtrace.files import write_json
 from wildtrace.runtime.pipeline import Counters, Outcome, Plan, Stop, Survey, execute, make_endpoint, survey
 from wildtrace.runtime.responses import load_responses
 from wildtrace.runtime.retry import RetryPolicy
