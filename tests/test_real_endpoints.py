@@ -329,10 +329,9 @@ def _app(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Complete
 
 @pytest.mark.slow
 def test_the_gateway_judge_without_its_variable_fails_before_any_request(tmp_path):
-    env = {k: "" for k in ()}
-    env_clean = {k: v for k, v in os.environ.items() if k != "WILDTRACE_GATEWAY_BASE_URL"}
+    env = {k: v for k, v in os.environ.items() if k != "WILDTRACE_GATEWAY_BASE_URL"}
     proc = subprocess.run([sys.executable, "-m", "wildtrace", f"root={tmp_path}", "judge_panel=paper"], cwd=tmp_path,
-                          env={**env_clean, "PYTHONPATH": str(ROOT), **env}, capture_output=True, text=True, timeout=120)
+                          env={**env, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "judge_panel.judges.claude_sonnet.base_url is empty: set WILDTRACE_GATEWAY_BASE_URL" in proc.stderr
     assert not (tmp_path / "cache").exists()
@@ -399,3 +398,10 @@ def test_max_call_s_bounds_an_attempt_that_keeps_trickling(tmp_path, release):
                                                         "model.timeout_s=1", "model.max_call_s=1.5")))
     (row,) = json.loads((result.out_dir / "responses.json").read_text())
     assert row["status"] == R.ANSWERED and row["response"] == "Worn seal." and row["attempts"] == 2
+
+
+@pytest.mark.slow
+def test_preflight_refuses_a_typo_as_the_run_does(tmp_path):
+    proc = _app(["wildtrace.check", f"root={tmp_path}", "+decoding.temprature=0.3"], {}, tmp_path)
+    assert proc.returncode == 2
+    assert "unknown config key: decoding.temprature (did you mean decoding.temperature?)" in proc.stderr

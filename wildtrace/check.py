@@ -15,8 +15,10 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from wildtrace.app import CONF_DIR
-from wildtrace.config import ConfigError, register, to_settings
+from hydra.core.hydra_config import HydraConfig
+
+from wildtrace.app import CONF_DIR, prepare
+from wildtrace.config import ConfigError, register
 
 register()
 
@@ -25,17 +27,15 @@ register()
 def _check(dict_cfg: DictConfig) -> None:
     from wildtrace.runtime.preflight import preflight, table
     from wildtrace.runtime.retry import RetryPolicy
-    from wildtrace.runtime.run import judge_specs, key_config, model_spec, samplings
+    from wildtrace.runtime.run import key_needs, samplings, stage_specs
     from wildtrace.runtime.secrets import MissingKeyError, install_log_filter, read_keys, redact
 
     install_log_filter()
     try:
-        cfg = to_settings(dict_cfg)
+        cfg = prepare(dict_cfg, list(HydraConfig.get().overrides.task))  # the run's own checks, typos included
         answer, judge = samplings(cfg)
-        specs = ([(model_spec(cfg), answer)] if cfg.stage != "judge" else []) + \
-                ([(s, judge) for s in judge_specs(cfg)] if cfg.stage != "answer" else [])
-        keys = read_keys([(key_config(s), s.api_key_env, s.name) for s, _ in specs
-                          if s.provider != "offline" and s.api_key_env])
+        specs = [(s, answer if s.label == "model" else judge) for s in stage_specs(cfg)]
+        keys = read_keys(key_needs([s for s, _ in specs]))
     except (ConfigError, MissingKeyError) as exc:
         print(f"wildtrace-check: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

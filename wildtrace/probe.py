@@ -254,7 +254,7 @@ def _confirm(settings: ProbeSettings, requests: int, tokens: int, ask: Callable[
 def probe(cfg: ProbeRunConfig, ask: Callable[[str], str] = input) -> Path | None:
     """Run the probe and write the model file; None when the user declined. Raises ProbeError."""
     from wildtrace.app import CONF_DIR
-    from wildtrace.runtime.run import key_config, model_spec
+    from wildtrace.runtime.run import key_needs, model_spec
     from wildtrace.runtime.secrets import read_keys
 
     p = cfg.probe
@@ -262,8 +262,7 @@ def probe(cfg: ProbeRunConfig, ask: Callable[[str], str] = input) -> Path | None
     if out.exists() and not p.overwrite:
         raise ProbeError(f"{out} exists; choose probe.out=… or probe.overwrite=true")
     spec = model_spec(cfg)  # the key is read before the question: a missing key fails first
-    keys = read_keys([(key_config(spec), spec.api_key_env, spec.name)] if spec.provider != "offline" and
-                     spec.api_key_env else [])
+    keys = read_keys(key_needs([spec]))
     key = keys.get(spec.api_key_env or "")
     if not _confirm(p, *plan_cost(p), ask=ask):
         print("probe: nothing sent.")

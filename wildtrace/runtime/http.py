@@ -234,7 +234,7 @@ class Endpoint:
                 hit = self._lookup(key, request)  # another process may have paid for it while we waited
                 if hit is not None:
                     return hit
-                result = await self._fetch(request, cost_tokens, replicate)
+                result = await self._fetch(request, content, cost_tokens, replicate)
                 if result is _RESEND:
                     continue
                 assert isinstance(result, CallResult)
@@ -276,7 +276,7 @@ class Endpoint:
             return result
         return replace(result, error=redact(result.error), raw=redact(result.raw))
 
-    async def _fetch(self, request: WireRequest, cost_tokens: int, replicate: int) -> CallResult | object:
+    async def _fetch(self, request: WireRequest, content: bytes, cost_tokens: int, replicate: int) -> CallResult | object:
         started, started_at = time.perf_counter(), time.time()
 
         def failed(reason: str, error: str | None, attempts: int, attempt: Attempt | None = None) -> CallResult:
@@ -287,9 +287,10 @@ class Endpoint:
         if self.quota_error is not None:
             return failed(R.QUOTA, f"not sent: an earlier call was refused for quota ({self.quota_error})", 0)
         wire = self.provider.stream_request(request) if self.streaming else request
+        if wire.body is not request.body:  # the streamed body differs; a plain one was encoded for its cache key
+            content = encode_body(wire.body)
         if self._local:  # the in-process answerer seeds its sampling from the replicate index
             wire = replace(wire, headers={**wire.headers, REPLICATE_HEADER: str(replicate)})
-        content = encode_body(wire.body)
         for attempt_no in range(1, self.retry.max_retries + 2):
             attempt = await self._send(wire, content, cost_tokens)
             if attempt.success:

@@ -77,6 +77,16 @@ def judge_specs(cfg: WildtraceConfig) -> list[EndpointSpec]:
     return [endpoint_spec(key, judge) for key, judge in cfg.judge_panel.judges.items()]
 
 
+def stage_specs(cfg: WildtraceConfig) -> list[EndpointSpec]:
+    """The endpoints the run's stage calls: the model (unless stage=judge), then the judges (unless stage=answer)."""
+    return ([model_spec(cfg)] if cfg.stage != "judge" else []) + (judge_specs(cfg) if cfg.stage != "answer" else [])
+
+
+def key_needs(specs: Sequence[EndpointSpec]) -> list[tuple[str, str, str]]:
+    """(config key, variable, endpoint name) for each endpoint that needs a key, as ``read_keys`` takes them."""
+    return [(key_config(s), s.api_key_env, s.name) for s in specs if s.provider != "offline" and s.api_key_env]
+
+
 def samplings(cfg: WildtraceConfig) -> tuple[Sampling, Sampling]:
     """(answer, judge) decoding settings as sent."""
     answer = Sampling(cfg.decoding.temperature, effective_max_tokens(cfg.model, cfg.decoding),
@@ -299,9 +309,8 @@ def deferred_signals(signals: list[int]) -> Iterator[None]:
 
 
 def _survey(cfg: WildtraceConfig, dataset: Dataset, specs: list[EndpointSpec], cache: Cache,
-            given: dict[str, dict] | None) -> Survey:
+            given: dict[str, dict] | None, answer_sampling: Sampling, judge_sampling: Sampling) -> Survey:
     providers = {s.label: make_provider(s) for s in specs}
-    answer_sampling, judge_sampling = samplings(cfg)
     return survey(dataset, caps_of(cfg.model), providers.get("model"),
                   [p for label, p in providers.items() if label != "model"], cache, answer_sampling, judge_sampling,
                   cfg.decoding.replicate, cfg.judge_panel.replicate, given)
@@ -318,18 +327,16 @@ def run(cfg: WildtraceConfig, overrides: Sequence[str] = (), parent_run_id: str 
     observer = observer or RunObserver()
     out_dir = Path(cfg.out_dir or Path(cfg.root) / "runs" / "adhoc").resolve()
     dataset = load_dataset(cfg.dataset.tasks, cfg.dataset.corpus, cfg.dataset.ids, cfg.dataset.limit)
-    answering = cfg.stage in ("all", "answer")
-    judging = cfg.stage in ("all", "judge")
-    specs = ([model_spec(cfg)] if answering else []) + (judge_specs(cfg) if judging else [])
+    specs = stage_specs(cfg)
     given = load_responses(cfg.responses, {t.question_id for t in dataset.tasks}) if cfg.stage == "judge" else None
     check_writable(out_dir, "the run directory")
     cache = Cache(Path(cfg.cache.dir), cfg.cache.enabled)
     if cfg.cache.enabled:
         check_writable(Path(cfg.cache.dir), "the cache folder (cache.dir)")
 
-    plan_counts = _survey(cfg, dataset, specs, cache, given)
-    needed = [s for s in specs if s.provider != "offline" and s.api_key_env and plan_counts.needs(s.label)]
-    keys = read_keys([(key_config(s), s.api_key_env, s.name) for s in needed])
+    answer_sampling, judge_sampling = samplings(cfg)
+    plan_counts = _survey(cfg, dataset, specs, cache, given, answer_sampling, judge_sampling)
+    keys = read_keys(key_needs([s for s in specs if plan_counts.needs(s.label)]))
     log.info("%s", plan_counts.describe([s.label for s in specs if s.label != "model"]))
 
     retry = RetryPolicy(cfg.retry.max_retries, cfg.retry.backoff_base_s, cfg.retry.backoff_max_s,
@@ -342,7 +349,6 @@ def run(cfg: WildtraceConfig, overrides: Sequence[str] = (), parent_run_id: str 
     max_bytes = int(cfg.max_response_mb * (1 << 20))
     endpoints = {s.label: make_endpoint(s, keys.get(s.api_key_env or ""), retry, cache, on_retry, max_bytes)
                  for s in specs}
-    answer_sampling, judge_sampling = samplings(cfg)
     plan = Plan(
         dataset=dataset, caps=caps_of(cfg.model), answer_sampling=answer_sampling, judge_sampling=judge_sampling,
         answer_replicate=cfg.decoding.replicate, judge_replicate=cfg.judge_panel.replicate,
@@ -367,7 +373,7 @@ def run(cfg: WildtraceConfig, overrides: Sequence[str] = (), parent_run_id: str 
         if cfg.mlflow.enabled:
             result.headline += (f"\nmlflow: {'run ' + run_id if run_id else 'NOT logged (see above)'} "
                                 f"at {cfg.mlflow.tracking_uri}")
-    result.exit_code = _exit_code(outcome, counters, signals, result.stats)
+    result.exit_code = _exit_code(outcome, counters, signals)
     if outcome.stopped:
         result.headline += f"\nresume with: {resume_command(overrides)}"
     print(redact(result.headline))  # last, so the headline is what a user sees when the run ends
@@ -417,7 +423,7 @@ def _write(cfg: WildtraceConfig, dataset: Dataset, outcome: Outcome, out_dir: Pa
     return RunResult(out_dir=out_dir, summary=summary, stats=stats, outcome=outcome, headline=text)
 
 
-def _exit_code(outcome: Outcome, counters: Counters, signals: list[int], stats: dict) -> int:
+def _exit_code(outcome: Outcome, counters: Counters, signals: list[int]) -> int:
     if signals:
         return EXIT_SIGNAL.get(signal.Signals(signals[0]), 130)
     if outcome.stopped or all_failed(counters):
