@@ -3,10 +3,8 @@
 The reduced form runs ``benchmarks/scale.py`` in a subprocess — 60 tasks over 27
 documents (29 MB), 0.5 s answers at concurrency 8, three judges at 0.1 s and
 concurrency 4 each, MLflow and the cache on — and fails only when a target is missed by
-a wide margin. Three of those margins are missed by the harness as it stands (MLflow
-logs everything after the last call, and copies every document into every run): those
-assertions are marked ``xfail(strict=True)`` with the reason, so they start failing as
-XPASS the day the fix lands and the mark must go.
+a wide margin (measured at this size: wall 1.33x the ideal, MLflow 4 % of the wall, the
+rerun 3.6 s end to end, the second run storing 7 % of the corpus).
 """
 
 from __future__ import annotations
@@ -234,7 +232,7 @@ def test_reduced_pipeline_keeps_pace_with_the_ideal(reduced) -> None:
 def test_reduced_rerun_sends_nothing_and_ends_quickly(reduced) -> None:
     rerun = reduced["rerun"]
     assert rerun["requests"] == 0 and rerun["cache_hits"] == 4 * reduced["n_in_scope"]
-    assert rerun["process_s"] <= 20.0
+    assert rerun["process_s"] <= 10.0
 
 
 @pytest.mark.slow
@@ -243,17 +241,13 @@ def test_reduced_peak_rss_under_a_gigabyte(reduced) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="the run still spends ~3.5 s in MLflow after its last reply (storing the "
-                   "corpus once, the run's tables, flushing traces): 2.5x the ideal at this reduced size, measured")
 def test_reduced_wall_within_one_and_a_half_ideals(reduced) -> None:
     assert reduced["ratios"]["wall_over_ideal"] <= 1.5
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason="MLflow's share of a 7 s reduced run measured 51-63 % after traces moved off "
-                   "the loop: at the margin, so not strict (it may pass)")
-def test_reduced_mlflow_share_under_half(reduced) -> None:
-    assert reduced["ratios"]["mlflow_share"] <= 0.5
+def test_reduced_mlflow_share_under_a_quarter(reduced) -> None:
+    assert reduced["ratios"]["mlflow_share"] <= 0.25
 
 
 @pytest.mark.slow

@@ -97,7 +97,7 @@ def test_ablation_sends_nothing_and_replicates_are_tagged(tmp_path, test_key):
 
 
 def test_many_tasks_lose_no_trace(tmp_path):
-    """A run beyond MLflow's default 1000-trace buffers keeps every trace (sized and flushed)."""
+    """A run of 1100 tasks keeps every trace (MLflow's own tracer holds 1000 and would drop the rest)."""
     n = 1100
     tasks, corpus = write_release(tmp_path, [make_task(f"t{i:04d}", f"What failed at step {i}?", "doc.txt")
                                              for i in range(n)], {"doc.txt": "The seal was worn at step one. " * 5})

@@ -6,8 +6,8 @@ trouble can never cost results: the files are written first, logging comes after
 be redone. Redoing it completes the same MLflow run (``mlflow.json`` keeps its id): tables
 are replaced, documents are content-addressed, traces already stored are not sent again.
 
-The client is an explicit ``MlflowClient(tracking_uri=…)``; only the tracing API needs the
-global URI, which is set for the duration of the trace export and then restored.
+The clients are explicit (``MlflowClient(tracking_uri=…)`` and MLflow's trace client for the
+same store): MLflow's global tracking URI is never set.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from wildtrace.tracking.parent import refresh_parent
 from wildtrace.tracking.rundir import (RUN_FILES, RunDir, base_tags, judgment_table, metrics_of, params_of,
                                        read_run_dir, run_name, tags_of, task_table)
 from wildtrace.tracking.store import (client_for, default_artifact_location, get_or_create_experiment,
-                                      global_tracking_uri, log, replace_table, terminate_quietly)
+                                      log, replace_table, terminate_quietly)
 from wildtrace.tracking.traces import TraceExporter, TraceTarget, log_feedback, task_dones_of, traced_tasks
 
 MARKER = "mlflow.json"
@@ -198,15 +198,17 @@ def finish_traces(target: Target, rd: RunDir, exporter: TraceExporter | None = N
     dones = task_dones_of(rd)
     existing = traced_tasks(target.client, tt)
     by_id = {d.question_id: d for d in dones}
-    for qid, (trace_id, n_assessments) in existing.items():  # stored, but its feedback was cut off
-        if qid in by_id and n_assessments < len(by_id[qid].judgments):
-            log_feedback(trace_id, by_id[qid], tt)
-    exporter = exporter or TraceExporter(tt)
-    exporter.skip(existing)
+    complete = {qid for qid, stored in existing.items() if stored.has_spans}
+    exporter = exporter or TraceExporter(tt, target.tracking_uri, spans_only=set(existing) - complete)
+    for qid in complete:  # stored, but its feedback was cut off
+        if qid in by_id and existing[qid].assessments < len(by_id[qid].judgments):
+            log_feedback(exporter.client, existing[qid].trace_id, by_id[qid], tt)
+    exporter.skip(complete)
     for done in dones:  # the exporter ignores tasks it was given while the run went
         exporter.submit(done)
     exporter.close(TRACE_WAIT_S)
-    missing = set(by_id) - set(traced_tasks(target.client, tt))
+    stored = traced_tasks(target.client, tt)
+    missing = {qid for qid in by_id if not (qid in stored and stored[qid].has_spans)}
     if missing:
         raise RuntimeError(f"{len(missing)} of {len(by_id)} traces are not in the store (e.g. {sorted(missing)[0]})")
     return len(by_id)
@@ -221,8 +223,7 @@ def complete_run(target: Target, rd: RunDir, parent_run_id: str | None, exporter
     """
     try:
         log_contents(target, rd, parent_run_id, uploader)
-        with global_tracking_uri(target.tracking_uri):
-            finish_traces(target, rd, exporter)
+        finish_traces(target, rd, exporter)
         target.client.set_terminated(target.run_id, "KILLED" if rd.status == "partial" else "FINISHED")
     except BaseException:
         if exporter:

@@ -9,7 +9,6 @@ the run later (which completes this same MLflow run, see ``mlflow_logger``).
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import threading
 from pathlib import Path
@@ -19,7 +18,7 @@ from wildtrace.tracking.mlflow_logger import (NOT_LOGGED, PARTIAL, LOGGED, RUNNI
                                               create_run, open_target, read_run_dir, reason_of, say_not_logged,
                                               write_marker)
 from wildtrace.tracking.documents import DocumentUploader
-from wildtrace.tracking.store import global_tracking_uri, log, terminate_quietly
+from wildtrace.tracking.store import log, terminate_quietly
 from wildtrace.tracking.traces import TraceExporter, TraceTarget
 
 #: RunEnd.status → the MLflow status a run that cannot be logged is closed with.
@@ -42,7 +41,6 @@ class MlflowObserver(RunObserver):
         self.target: Target | None = None
         self.exporter: TraceExporter | None = None
         self.out_dir: Path | None = None
-        self._uri_scope = contextlib.ExitStack()
         self._lock = threading.Lock()
         self._pending: list[TaskDone] = []  # tasks done before the MLflow run existed
         self._starter: threading.Thread | None = None
@@ -79,14 +77,13 @@ class MlflowObserver(RunObserver):
             target = open_target(self.tracking_uri, config, self.experiment)
             self.target = create_run(target, config, {}, start.out_dir, start.run_date, self.parent_run_id)
             write_marker(Path(start.out_dir), RUNNING, self.target, self.parent_run_id)
-            self._uri_scope.enter_context(global_tracking_uri(self.tracking_uri))
             routes = {k: v.get("route", k) for k, v in config["judge_panel"]["judges"].items()}
             also = None
             if self.log_documents:  # copy each document while the run goes, not all of them at its end
                 self.documents = DocumentUploader(self.target.client, self.target.artifact_location)
                 also = functools.partial(self._store_document, self.documents, config["dataset"]["corpus"])
             exporter = TraceExporter(TraceTarget(self.target.experiment_id, self.target.run_id, routes,
-                                                 config["model"].get("route")), also=also)
+                                                 config["model"].get("route")), self.tracking_uri, also=also)
         except Exception as exc:  # noqa: BLE001 - MLflow trouble must never cost results
             log.warning("MLflow: could not start a run (%s); the run goes on unlogged", reason_of(exc))
             with self._lock:
@@ -139,8 +136,7 @@ class MlflowObserver(RunObserver):
         return self.target.run_id
 
     def _abandon(self) -> None:
-        """Stop the trace thread (if any) and give the global tracking URI back."""
+        """Stop the trace thread (if any)."""
         if self.exporter is not None:
             self.exporter.close(TRACE_WAIT_S)
             self.exporter = None
-        self._uri_scope.close()

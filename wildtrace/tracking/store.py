@@ -6,27 +6,12 @@ import json
 import logging
 import os
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-# MLflow 3.17 keeps at most 1000 traces in memory and 1000 queued exports, dropping the rest
-# without a word; a 481-task run must lose none. HTTP retries default to 7 with backoff,
-# minutes against a dead server: a run should say "not logged" and move on.
-# Spans reach the store in OpenTelemetry batches of 5 by default, one transaction each; 500
-# makes it one per ~100 traces, and a 1 s schedule keeps them visible while the run goes.
-for _name, _value in (("MLFLOW_TRACE_BUFFER_MAX_SIZE", "100000"),
-                      ("MLFLOW_ASYNC_TRACE_LOGGING_MAX_QUEUE_SIZE", "100000"),
-                      ("MLFLOW_ASYNC_TRACE_LOGGING_MAX_SPAN_BATCH_SIZE", "500"),
-                      ("MLFLOW_ASYNC_TRACE_LOGGING_MAX_INTERVAL_MILLIS", "1000"),
-                      # a trace export retries 500 s against a dead server (per trace, at exit too)
-                      ("MLFLOW_ASYNC_TRACE_LOGGING_RETRY_TIMEOUT", "10"),
-                      # Ten export workers race a trace's spans against its own trace info; on SQLite
-                      # the loser drops the trace ("Could not create trace_info … dropped", seen on a
-                      # fully cached 481-task rerun). One writer is what SQLite does anyway.
-                      ("MLFLOW_ASYNC_TRACE_LOGGING_MAX_WORKERS", "1"),
-                      ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2"),
+# HTTP retries default to 7 with backoff, minutes against a dead server: a run should say
+# "not logged" and move on. (Traces do not go through MLflow's tracer: see traces.py.)
+for _name, _value in (("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2"),
                       ("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")):
     os.environ.setdefault(_name, _value)
 
@@ -68,23 +53,6 @@ def get_or_create_experiment(client: Any, name: str, artifact_location: str | No
         if found is None:
             raise
         return found.experiment_id
-
-
-@contextmanager
-def global_tracking_uri(uri: str) -> Iterator[None]:
-    """Point MLflow's global state (which tracing uses) at ``uri``, then put it back.
-
-    ``mlflow.set_tracking_uri`` exports MLFLOW_TRACKING_URI to every later child process,
-    so it must not outlive the export.
-    """
-    import mlflow
-
-    before = os.environ.get("MLFLOW_TRACKING_URI")
-    mlflow.set_tracking_uri(uri)
-    try:
-        yield
-    finally:
-        mlflow.set_tracking_uri(before)  # None unsets the variable again
 
 
 def replace_table(client: Any, run_id: str, frame: Any, artifact_file: str) -> None:

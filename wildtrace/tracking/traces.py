@@ -1,8 +1,13 @@
-"""One MLflow trace per task, exported off the event loop as tasks finish.
+"""One MLflow trace per task, stored in batches off the event loop as tasks finish.
 
 A trace is ``task <id>`` (CHAIN) → ``caps decision`` (PARSER), ``answer`` and ``judge <key>``
 (CHAT_MODEL, chat-shaped so the UI shows prompt and reply as a conversation, token usage in
 MLflow's own attribute so its token views count it); each judge's score is feedback.
+
+The traces are made here as MLflow entities (the attributes and metadata MLflow's own tracer
+writes; a test compares the two) and stored through MLflow's trace client: each trace's info,
+then the batch's spans in one transaction. MLflow's tracer would export spans before their
+trace, one trace at a time, which on SQLite costs about 35 ms a trace.
 
 Honest times: a span is timed by the row's ``started_at``/``latency_s``, which for a call
 served from the cache are THIS run's lookup; such a span says ``wildtrace.cached=true`` and
@@ -11,6 +16,10 @@ keeps the paid call's latency as ``wildtrace.original_latency_s``.
 
 from __future__ import annotations
 
+import base64
+import functools
+import hashlib
+import json
 import logging
 import queue
 import threading
@@ -27,14 +36,12 @@ log = logging.getLogger("wildtrace.tracking")
 
 #: Span inputs/outputs are capped: documents go by reference, long texts are cut here.
 SPAN_TEXT_LIMIT = 20_000
-#: OpenTelemetry's span queue holds 2048 spans and drops the rest ("Queue full, dropping
-#: Span", seen at 1100 tasks): drain MLflow's export queues every this-many traces. Not more
-#: often: a flush costs about a second (MLflow's consumer polls its queue once a second),
-#: and traces reach the store without it, on OpenTelemetry's own schedule.
-FLUSH_EVERY = 100
+#: At most this many traces are stored together (their spans in one transaction).
+BATCH = 100
 CHAT_USAGE = "mlflow.chat.tokenUsage"  # SpanAttributeKey.CHAT_USAGE in mlflow 3.17
 MODEL_ATTR = "mlflow.llm.model"  # SpanAttributeKey.MODEL
 MESSAGE_FORMAT = "mlflow.message.format"  # SpanAttributeKey.MESSAGE_FORMAT
+SPANS_LOCATION = "mlflow.trace.spansLocation"  # TraceTagKey.SPANS_LOCATION: set when the spans are stored
 
 
 def cap_text(text: Any) -> Any:
@@ -123,57 +130,140 @@ class TraceTarget:
     """The model's route, for spans whose row names no served model."""
 
 
-def _span(mlflow: Any, name: str, span_type: str, parent: Any, inputs: Any, start: int, attributes: dict) -> Any:
-    return mlflow.start_span_no_context(name, span_type=span_type, parent_span=parent, inputs=inputs,
-                                        start_time_ns=start, attributes=attributes)
+# --- building a trace (MLflow entities, made here: no OpenTelemetry provider, no global state) ---
+
+def _ids(run_id: str, question_id: str) -> tuple[int, str]:
+    """A task's trace ids, the same every time it is built for this run: (OpenTelemetry id, MLflow id).
+
+    Stable ids let a cut-off export be completed (spans re-sent onto the trace already stored)
+    instead of leaving a trace without spans beside a second copy.
+    """
+    digest = hashlib.sha256(f"{run_id}/{question_id}".encode()).digest()
+    otel = int.from_bytes(digest[:16], "big") or 1
+    return otel, f"tr-{otel:032x}"
 
 
-def _answer_span(mlflow: Any, root: Any, done: TaskDone, target: TraceTarget, default: tuple[int, int]) -> None:
+def _span_id(otel_trace: int, index: int) -> int:
+    digest = hashlib.sha256(f"{otel_trace:032x}/{index}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") or 1
+
+
+@dataclass
+class _Draft:
+    """One span before it becomes an MLflow ``Span``."""
+
+    name: str
+    span_type: str
+    start: int
+    end: int
+    inputs: Any
+    outputs: Any
+    attributes: dict[str, Any]
+    parent: int | None = None  # index of the parent draft
+
+
+def _spans(drafts: list[_Draft], otel_trace: int, trace_id: str, experiment_id: str) -> list:
+    """The drafts as MLflow spans, with the attributes MLflow's own tracer writes (JSON-encoded)."""
+    from mlflow.entities import Span
+    from mlflow.tracing.utils import dump_span_attribute_value
+    from mlflow.tracing.utils.default_log_level import default_log_level_for_span_type
+
+    def b64(value: int, size: int) -> str:
+        return base64.b64encode(value.to_bytes(size, "big")).decode()
+
+    ids = [_span_id(otel_trace, i) for i in range(len(drafts))]
+    out = []
+    for i, d in enumerate(drafts):
+        attrs: dict[str, Any] = {"mlflow.spanStartTimeNs": d.start, "mlflow.traceRequestId": trace_id,
+                                 "mlflow.spanType": d.span_type, "mlflow.spanInputs": d.inputs}
+        if d.parent is None:
+            attrs["mlflow.experimentId"] = experiment_id
+        attrs.update(d.attributes)
+        attrs["mlflow.spanOutputs"] = d.outputs
+        attrs["mlflow.spanLogLevel"] = int(default_log_level_for_span_type(d.span_type))
+        out.append(Span.from_dict({
+            "trace_id": b64(otel_trace, 16), "span_id": b64(ids[i], 8),
+            "parent_span_id": None if d.parent is None else b64(ids[d.parent], 8),
+            "name": d.name, "start_time_unix_nano": d.start, "end_time_unix_nano": d.end,
+            "status": {"code": "STATUS_CODE_OK", "message": ""},
+            "attributes": {k: dump_span_attribute_value(v) for k, v in attrs.items() if v is not None}}))
+    return out
+
+
+def _answer_draft(done: TaskDone, target: TraceTarget, default: tuple[int, int]) -> _Draft:
     r = done.answer
     start, end = window(r) or default
-    span = _span(mlflow, "answer", "CHAT_MODEL", root, chat_in(r.get("prompt_ref")), start,
-                 call_attributes(r, r.get("served_model") or target.model))
-    span.end(outputs=chat_out(r.get("response"), r.get("finish_reason"), reasoning=cap_text(r.get("reasoning")),
-                              status=r.get("status"), reason=r.get("reason"), error=r.get("error")), end_time_ns=end)
+    return _Draft("answer", "CHAT_MODEL", start, end, chat_in(r.get("prompt_ref")),
+                  chat_out(r.get("response"), r.get("finish_reason"), reasoning=cap_text(r.get("reasoning")),
+                           status=r.get("status"), reason=r.get("reason"), error=r.get("error")),
+                  call_attributes(r, r.get("served_model") or target.model), parent=0)
 
 
-def _judge_span(mlflow: Any, root: Any, j: Mapping, target: TraceTarget, default: tuple[int, int]) -> None:
+def _judge_draft(j: Mapping, target: TraceTarget, default: tuple[int, int]) -> _Draft:
     start, end = window(j) or default
     attrs = call_attributes(j, j.get("served_model") or target.judge_routes.get(j["judge"]))
     attrs.update({"judge": j["judge"], "total": j.get("total"), "score": j.get("score"), "status": j["status"]})
-    span = _span(mlflow, f"judge {j['judge']}", "CHAT_MODEL", root, chat_in(j.get("prompt")), start,
-                 {k: v for k, v in attrs.items() if v is not None})
-    span.end(outputs=chat_out(j.get("reply"), j.get("finish_reason"), total=j.get("total"), score=j.get("score"),
-                              status=j["status"], reason=j.get("reason")), end_time_ns=end)
+    return _Draft(f"judge {j['judge']}", "CHAT_MODEL", start, end, chat_in(j.get("prompt")),
+                  chat_out(j.get("reply"), j.get("finish_reason"), total=j.get("total"), score=j.get("score"),
+                           status=j["status"], reason=j.get("reason")),
+                  {k: v for k, v in attrs.items() if v is not None}, parent=0)
 
 
-def build_trace(done: TaskDone, target: TraceTarget) -> tuple[str, bool]:
-    """Start and end one task's spans (MLflow exports the trace when its root ends).
+@functools.lru_cache(maxsize=1)
+def _env_metadata() -> dict[str, str]:
+    """What MLflow's tracer says about the process (source, user, git), resolved once."""
+    from mlflow.tracing.utils.environment import resolve_env_metadata
 
-    Returns the trace id and whether the judges' feedback went with it.
-    """
-    import mlflow
+    return dict(resolve_env_metadata())
+
+
+def _preview(value: Any) -> str:
+    """A root span's inputs/outputs as MLflow's trace metadata holds them (JSON, truncated)."""
+    from mlflow.tracing.constant import MAX_CHARS_IN_TRACE_INFO_METADATA, TRUNCATION_SUFFIX
+    from mlflow.tracing.utils import dump_span_attribute_value
+
+    text = dump_span_attribute_value(value)
+    if len(text) > MAX_CHARS_IN_TRACE_INFO_METADATA:
+        text = text[:MAX_CHARS_IN_TRACE_INFO_METADATA - len(TRUNCATION_SUFFIX)] + TRUNCATION_SUFFIX
+    return text
+
+
+def build_trace(done: TaskDone, target: TraceTarget) -> Any:
+    """One task as an MLflow ``Trace``: what MLflow's tracer would make of the same spans, feedback included."""
+    from mlflow.entities import Trace, TraceData, TraceInfo, TraceLocation, TraceState
+    from mlflow.tracing.utils import add_size_stats_to_trace_metadata
 
     r = done.answer
     windows = [w for w in map(window, [r, *done.judgments]) if w]
     start = min((w[0] for w in windows), default=time.time_ns())
     end = max((w[1] for w in windows), default=start)
-    attrs = {k: str(v) for k, v in done.meta.items()}
-    root = mlflow.start_span_no_context(
-        f"task {done.question_id}", span_type="CHAIN", experiment_id=target.experiment_id, start_time_ns=start,
-        inputs={"question_id": done.question_id, "document": r.get("document"), "prompt": cap_text(r.get("prompt_ref"))},
-        metadata={"mlflow.sourceRun": target.run_id},
-        tags={"question_id": done.question_id, "status": done.status, "wildtrace.cached": str(bool(r.get("cached"))).lower()},
-        attributes=attrs)
-    caps = _span(mlflow, "caps decision", "PARSER", root, {"doc_chars": (r.get("caps") or {}).get("doc_chars")}, start, {})
-    caps.end(outputs=r.get("caps"), end_time_ns=start)
+    otel, trace_id = _ids(target.run_id, done.question_id)
+    inputs = {"question_id": done.question_id, "document": r.get("document"), "prompt": cap_text(r.get("prompt_ref"))}
+    outputs = {"status": done.status, "score": done.score}
+    drafts = [_Draft(f"task {done.question_id}", "CHAIN", start, end, inputs, outputs,
+                     {k: str(v) for k, v in done.meta.items()}),
+              _Draft("caps decision", "PARSER", start, start, {"doc_chars": (r.get("caps") or {}).get("doc_chars")},
+                     r.get("caps"), {}, parent=0)]
     if r.get("status") != OUT_OF_CONTEXT and (r.get("attempts") or r.get("cached")):  # a call was made or served
-        _answer_span(mlflow, root, done, target, (start, end))
-    for j in done.judgments:
-        _judge_span(mlflow, root, j, target, (start, end))
-    attached = attach_feedback(root.trace_id, done, target)
-    root.end(outputs={"status": done.status, "score": done.score}, end_time_ns=end)
-    return root.trace_id, attached
+        drafts.append(_answer_draft(done, target, (start, end)))
+    drafts.extend(_judge_draft(j, target, (start, end)) for j in done.judgments)
+    spans = _spans(drafts, otel, trace_id, target.experiment_id)
+    metadata = {**_env_metadata(), "mlflow.trace_schema.version": "3", "mlflow.sourceRun": target.run_id,
+                "mlflow.traceInputs": _preview(inputs), "mlflow.traceOutputs": _preview(outputs)}
+    usage = [u for u in (token_usage(x.get("usage")) for x in [r, *done.judgments]) if u]
+    if usage:
+        metadata["mlflow.trace.tokenUsage"] = json.dumps(
+            {k: sum(u[k] for u in usage) for k in ("input_tokens", "output_tokens", "total_tokens")})
+    info = TraceInfo(
+        trace_id=trace_id, trace_location=TraceLocation.from_experiment_id(target.experiment_id),
+        request_time=start // 1_000_000, execution_duration=(end - start) // 1_000_000, state=TraceState.OK,
+        trace_metadata=metadata,
+        tags={"mlflow.traceName": f"task {done.question_id}", "question_id": done.question_id,
+              "status": done.status, "wildtrace.cached": str(bool(r.get("cached"))).lower()},
+        assessments=feedbacks(trace_id, done, target))
+    trace = Trace(info=info, data=TraceData(spans=spans))
+    add_size_stats_to_trace_metadata(trace)
+    return trace
 
 
 def feedbacks(trace_id: str, done: TaskDone, target: TraceTarget) -> list:
@@ -187,32 +277,61 @@ def feedbacks(trace_id: str, done: TaskDone, target: TraceTarget) -> list:
         metadata={"total": str(j.get("total")), "status": j["status"]}) for j in done.judgments]
 
 
-def attach_feedback(trace_id: str, done: TaskDone, target: TraceTarget) -> bool:
-    """Put the judges' feedback on a trace still in memory, so it is stored with the trace itself.
+def tracing_client(tracking_uri: str) -> Any:
+    """MLflow's trace client for one store (explicit: the global tracking URI is never touched)."""
+    from mlflow.tracing.client import TracingClient
 
-    One insert per trace instead of one store round trip per judge (about 70 ms each on
-    SQLite, which made feedback the slowest part of logging a run). False if not in memory.
+    return TracingClient(tracking_uri)
+
+
+def write_traces(client: Any, experiment_id: str, traces: list, spans_only: set[str] = frozenset()) -> list[str]:
+    """Store a batch of traces: each trace's info (with its feedback), then all their spans at once.
+
+    Info first: spans arriving before their trace make MLflow's store create a bare trace and
+    then merge the real one into it, about four times the work (this is what MLflow's own
+    exporter does, one trace at a time). ``spans_only``: traces whose info is stored already.
+    Returns the ids stored; a trace whose info could not be stored is left out (and logged).
     """
-    from mlflow.tracing.trace_manager import InMemoryTraceManager
+    stored = []
+    for trace in traces:
+        if trace.info.trace_id not in spans_only:
+            try:
+                client.start_trace(trace.info)
+            except Exception as exc:  # noqa: BLE001 - the rest of the batch still goes
+                log.warning("MLflow: trace %s not logged (%s)", trace.info.tags.get("question_id"),
+                            _first_line(exc))
+                continue
+        stored.append(trace)
+    if stored:
+        client.log_spans(experiment_id, [span for trace in stored for span in trace.data.spans])
+    return [trace.info.trace_id for trace in stored]
 
-    with InMemoryTraceManager.get_instance().get_trace(trace_id) as trace:
-        if trace is None:
-            return False
-        trace.info.assessments.extend(feedbacks(trace_id, done, target))
-    return True
+
+def _first_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
 
 
-def log_feedback(trace_id: str, done: TaskDone, target: TraceTarget) -> None:
+def log_feedback(client: Any, trace_id: str, done: TaskDone, target: TraceTarget) -> None:
     """Each judge's feedback on a trace already stored (a store round trip each)."""
-    import mlflow
-
     for f in feedbacks(trace_id, done, target):
-        mlflow.log_assessment(trace_id=trace_id, assessment=f)
+        client.log_assessment(trace_id, f)
 
 
-def traced_tasks(client: Any, target: TraceTarget) -> dict[str, tuple[str, int]]:
-    """question_id → (trace id, number of assessments) of the traces a run already has in the store."""
-    found: dict[str, tuple[str, int]] = {}
+@dataclass(frozen=True)
+class Stored:
+    """What the store holds of one task's trace."""
+
+    trace_id: str
+    """The trace."""
+    assessments: int
+    """How many feedback entries it has."""
+    has_spans: bool
+    """Whether its spans were stored (MLflow tags the trace when they are)."""
+
+
+def traced_tasks(client: Any, target: TraceTarget) -> dict[str, Stored]:
+    """question_id → what the store holds of its trace, for the run's traces."""
+    found: dict[str, Stored] = {}
     token = None
     while True:
         page = client.search_traces(locations=[target.experiment_id], run_id=target.run_id, max_results=500,
@@ -220,28 +339,32 @@ def traced_tasks(client: Any, target: TraceTarget) -> dict[str, tuple[str, int]]
         for t in page:
             qid = t.info.tags.get("question_id")
             if qid is not None:
-                found[qid] = (t.info.trace_id, len(t.info.assessments or []))
+                found[qid] = Stored(t.info.trace_id, len(t.info.assessments or []),
+                                    t.info.tags.get(SPANS_LOCATION) == "TRACKING_STORE")
         token = getattr(page, "token", None)
         if not token:
             return found
 
 
 class TraceExporter:
-    """A thread that turns finished tasks into traces, in batches, while the run goes.
+    """A thread that turns finished tasks into traces and stores them in batches while the run goes.
 
     ``submit`` never blocks (the event loop calls it); ``close`` waits for the queue to drain
-    and MLflow's export queue to be flushed, and returns the ids of the tasks traced.
-    Failures are counted and logged, never raised: the trace export may be redone by upload.
+    and returns the ids of the tasks traced. Failures are counted and logged, never raised:
+    the export may be completed by upload.
     """
 
-    def __init__(self, target: TraceTarget, skip: Iterable[str] = (),
-                 also: Callable[[TaskDone], None] | None = None) -> None:
-        """Export to ``target``; ``skip`` are tasks already traced in the store; ``also`` runs on
-        this thread for each finished task too (the run's documents go to the store this way)."""
+    def __init__(self, target: TraceTarget, tracking_uri: str, skip: Iterable[str] = (),
+                 also: Callable[[TaskDone], None] | None = None, spans_only: Iterable[str] = ()) -> None:
+        """Export to ``target`` in the store at ``tracking_uri``; ``skip``: tasks already traced there;
+        ``spans_only``: tasks whose trace is stored without its spans; ``also`` runs on this thread
+        for each finished task too (the run's documents go to the store this way)."""
         self.target = target
+        self.client = tracing_client(tracking_uri)
         self.also = also
         self.traced: set[str] = set(skip)
         self.submitted: set[str] = set(skip)
+        self.spans_only: set[str] = {_ids(target.run_id, q)[1] for q in spans_only}
         self.errors = 0
         self._queue: queue.Queue[TaskDone | None] = queue.Queue()
         self._thread = threading.Thread(target=self._work, name="wildtrace-traces", daemon=True)
@@ -261,7 +384,7 @@ class TraceExporter:
         self.traced |= ids
 
     def close(self, timeout: float | None = None) -> set[str]:
-        """Drain, flush, stop; the tasks traced (including those skipped as already there)."""
+        """Drain, stop; the tasks traced (including those skipped as already there)."""
         self._queue.put(None)
         self._thread.join(timeout)
         if self._thread.is_alive():
@@ -269,43 +392,39 @@ class TraceExporter:
         return set(self.traced)
 
     def _work(self) -> None:
-        since_flush: list[tuple[tuple[str, bool], TaskDone]] = []
         while True:
-            done = self._queue.get()
-            if done is not None:
-                try:
-                    since_flush.append((build_trace(done, self.target), done))
-                except Exception as exc:  # noqa: BLE001 - one bad row must not stop the others
-                    self._failed(done.question_id, exc)
-                if self.also is not None:
-                    try:
-                        self.also(done)
-                    except Exception as exc:  # noqa: BLE001 - the end of the run tries again
-                        log.warning("MLflow: document of task %s not stored yet (%s)", done.question_id, exc)
-            if since_flush and (done is None or len(since_flush) >= FLUSH_EVERY):
-                self._flush(since_flush)
-                since_flush = []
-            if done is None:
+            batch, last = [self._queue.get()], False
+            while len(batch) < BATCH and not self._queue.empty():  # whatever else has finished meanwhile
+                batch.append(self._queue.get_nowait())
+            if None in batch:
+                batch, last = [d for d in batch if d is not None], True
+            if batch:
+                self._export(batch)
+            if last:
                 return
 
-    def _flush(self, built: list[tuple[tuple[str, bool], TaskDone]]) -> None:
-        """Wait until MLflow has stored the traces built since the last flush; note them traced."""
-        import mlflow
-
-        try:
-            mlflow.flush_trace_async_logging()
-        except Exception as exc:  # noqa: BLE001
-            self._failed("(flush)", exc)
-        for (trace_id, attached), done in built:
+    def _export(self, batch: list[TaskDone]) -> None:
+        traces, by_trace = [], {}
+        for done in batch:
             try:
-                if not attached:  # its feedback could not ride along: log it now the trace is stored
-                    log_feedback(trace_id, done, self.target)
-                self.traced.add(done.question_id)
-            except Exception as exc:  # noqa: BLE001
+                trace = build_trace(done, self.target)
+                traces.append(trace)
+                by_trace[trace.info.trace_id] = done.question_id
+            except Exception as exc:  # noqa: BLE001 - one bad row must not stop the others
                 self._failed(done.question_id, exc)
+        try:
+            for trace_id in write_traces(self.client, self.target.experiment_id, traces, self.spans_only):
+                self.traced.add(by_trace[trace_id])
+        except Exception as exc:  # noqa: BLE001 - the batch's spans: upload completes them
+            self._failed(f"{batch[0].question_id} (+{len(batch) - 1} more)", exc)
+        if self.also is not None:
+            for done in batch:
+                try:
+                    self.also(done)
+                except Exception as exc:  # noqa: BLE001 - the end of the run tries again
+                    log.warning("MLflow: document of task %s not stored yet (%s)", done.question_id, exc)
 
     def _failed(self, question_id: str, exc: Exception) -> None:
         self.errors += 1
         if self.errors <= 3:
-            log.warning("MLflow: trace of task %s not logged (%s: %s)", question_id, type(exc).__name__,
-                        str(exc).splitlines()[0] if str(exc) else "")
+            log.warning("MLflow: trace of task %s not logged (%s)", question_id, _first_line(exc))
