@@ -7,8 +7,26 @@ MLflow tables are made of, and what a later report reads back.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
+
+
+def plain(record: Any) -> dict:
+    """A record as a plain dict, field by field (``dataclasses.asdict`` deep-copies every value,
+    which cost a tenth of a second per thousand rows at the end of every run). Lists and dicts
+    are copied one level deep, so a row never aliases the record's own containers."""
+    out = {}
+    for f in fields(record):
+        value = getattr(record, f.name)
+        if is_dataclass(value) and not isinstance(value, type):
+            value = plain(value)
+        elif isinstance(value, list):
+            value = list(value)
+        elif isinstance(value, dict):
+            value = dict(value)
+        out[f.name] = value
+    return out
+
 
 # Answer statuses (responses.json).
 ANSWERED = "answered"
@@ -44,7 +62,7 @@ class Usage:
 
     def to_dict(self) -> dict:
         """Plain dict for JSON rows."""
-        return asdict(self)
+        return plain(self)
 
 
 @dataclass(frozen=True)
@@ -114,7 +132,7 @@ class AnswerRecord:
 
     def to_dict(self) -> dict:
         """Plain dict for JSON rows."""
-        return asdict(self)
+        return plain(self)
 
 
 @dataclass
@@ -147,4 +165,4 @@ class JudgmentRecord:
 
     def to_dict(self) -> dict:
         """Plain dict for JSON rows."""
-        return asdict(self)
+        return plain(self)
