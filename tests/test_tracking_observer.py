@@ -254,6 +254,26 @@ def test_upload_completes_a_run_cut_off_mid_way(tmp_path):
     assert len(client.search_runs([mlrun.info.experiment_id])) == 2
 
 
+def test_upload_sends_the_spans_of_a_trace_cut_off_before_them(tmp_path):
+    """A process killed between a trace's info and its spans: upload adds the spans to THAT trace."""
+    from wildtrace.tracking.traces import build_trace, tracing_client
+
+    s = scripted_run(tmp_path, n=3)
+    obs = s.observer()
+    obs.run_started(s.start())
+    assert obs.wait_started(30)
+    run_id = read_marker(s.out_dir)["run_id"]
+    cut = build_trace(s.dones[0], obs.exporter.target)
+    tracing_client(obs.tracking_uri).start_trace(cut.info)  # its info only, then the process dies
+    obs.exporter.close(30)
+    assert upload.main([str(s.out_dir)]) == 0
+    client = s.client()
+    traces = {t.info.tags["question_id"]: t for t in traces_of(client, run_id)}
+    assert sorted(traces) == ["q0", "q1", "q2"]
+    assert traces["q0"].info.trace_id == cut.info.trace_id and len(traces["q0"].data.spans) == len(cut.data.spans)
+    assert len(traces["q0"].info.assessments) == len(s.dones[0].judgments)  # its feedback not repeated
+
+
 def test_documents_are_stored_once_across_runs(tmp_path):
     first, second = scripted_run(tmp_path, "one"), scripted_run(tmp_path, "two")
     ids = []

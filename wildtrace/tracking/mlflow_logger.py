@@ -199,7 +199,8 @@ def finish_traces(target: Target, rd: RunDir, exporter: TraceExporter | None = N
     existing = traced_tasks(target.client, tt)
     by_id = {d.question_id: d for d in dones}
     complete = {qid for qid, stored in existing.items() if stored.has_spans}
-    exporter = exporter or TraceExporter(tt, target.tracking_uri, spans_only=set(existing) - complete)
+    exporter = exporter or TraceExporter(tt, target.tracking_uri)
+    exporter.complete_spans(set(existing) - complete)
     for qid in complete:  # stored, but its feedback was cut off
         if qid in by_id and existing[qid].assessments < len(by_id[qid].judgments):
             log_feedback(exporter.client, existing[qid].trace_id, by_id[qid], tt)

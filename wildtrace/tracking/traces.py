@@ -355,16 +355,16 @@ class TraceExporter:
     """
 
     def __init__(self, target: TraceTarget, tracking_uri: str, skip: Iterable[str] = (),
-                 also: Callable[[TaskDone], None] | None = None, spans_only: Iterable[str] = ()) -> None:
+                 also: Callable[[TaskDone], None] | None = None) -> None:
         """Export to ``target`` in the store at ``tracking_uri``; ``skip``: tasks already traced there;
-        ``spans_only``: tasks whose trace is stored without its spans; ``also`` runs on this thread
-        for each finished task too (the run's documents go to the store this way)."""
+        ``also`` runs on this thread for each finished task too (the run's documents go to the store
+        this way)."""
         self.target = target
         self.client = tracing_client(tracking_uri)
         self.also = also
         self.traced: set[str] = set(skip)
         self.submitted: set[str] = set(skip)
-        self.spans_only: set[str] = {_ids(target.run_id, q)[1] for q in spans_only}
+        self.spans_only: set[str] = set()  # trace ids stored without their spans
         self.errors = 0
         self._queue: queue.Queue[TaskDone | None] = queue.Queue()
         self._thread = threading.Thread(target=self._work, name="wildtrace-traces", daemon=True)
@@ -382,6 +382,14 @@ class TraceExporter:
         ids = set(question_ids)
         self.submitted |= ids
         self.traced |= ids
+
+    def complete_spans(self, question_ids: Iterable[str]) -> None:
+        """Tasks whose trace is stored without its spans (an export cut off, a failed batch): the
+        next ``submit`` of each sends its spans onto that trace, not a second trace info."""
+        ids = set(question_ids)
+        self.spans_only |= {_ids(self.target.run_id, q)[1] for q in ids}
+        self.submitted -= ids
+        self.traced -= ids
 
     def close(self, timeout: float | None = None) -> set[str]:
         """Drain, stop; the tasks traced (including those skipped as already there)."""
