@@ -7,6 +7,7 @@ after the ids and the per-process fields are taken out.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import mlflow
@@ -117,7 +118,7 @@ def test_a_trace_reads_back_as_mlflows_own_tracer_writes_it(store):
     finally:
         mlflow.set_tracking_uri(None)
     trace = build_trace(DONE, target)
-    assert write_traces(tracing_client(uri), target.experiment_id, [trace]) == [trace.info.trace_id]
+    assert write_traces(tracing_client(uri), target.experiment_id, [trace]) == ([trace.info.trace_id], [])
     ours = client.get_trace(trace.info.trace_id)
     expected, got = comparable(reference), comparable(ours)
     for key in expected:
@@ -145,8 +146,10 @@ def test_a_batch_is_stored_whole_and_a_trace_without_spans_is_completed(store):
     tc = tracing_client(uri)
     tc.start_trace(traces[0].info)  # a process cut off between a trace's info and its spans
     assert not traced_tasks(client, target)["q0"].has_spans
-    stored = write_traces(tc, target.experiment_id, traces[1:])
-    assert len(stored) == 29
+    stray = build_trace(dataclasses.replace(dones[1], question_id="stray"),
+                        TraceTarget("987654", target.run_id, ROUTES))  # an experiment the store lacks
+    stored, failed = write_traces(tc, target.experiment_id, [traces[1], stray, *traces[2:]])
+    assert len(stored) == 29 and [q for q, _ in failed] == ["stray"]  # the rest of the batch still goes
     write_traces(tc, target.experiment_id, traces[:1], spans_only={traces[0].info.trace_id})
     found = traced_tasks(client, target)
     assert sorted(found) == sorted(d.question_id for d in dones)

@@ -284,27 +284,28 @@ def tracing_client(tracking_uri: str) -> Any:
     return TracingClient(tracking_uri)
 
 
-def write_traces(client: Any, experiment_id: str, traces: list, spans_only: set[str] = frozenset()) -> list[str]:
+def write_traces(client: Any, experiment_id: str, traces: list,
+                 spans_only: set[str] = frozenset()) -> tuple[list[str], list[tuple[str, Exception]]]:
     """Store a batch of traces: each trace's info (with its feedback), then all their spans at once.
 
     Info first: spans arriving before their trace make MLflow's store create a bare trace and
     then merge the real one into it, about four times the work (this is what MLflow's own
     exporter does, one trace at a time). ``spans_only``: traces whose info is stored already.
-    Returns the ids stored; a trace whose info could not be stored is left out (and logged).
+    Returns the ids stored and, for each trace whose info could not be stored (left out of the
+    spans too), its task and the error. A failure of the spans' transaction raises.
     """
-    stored = []
+    stored, failed = [], []
     for trace in traces:
         if trace.info.trace_id not in spans_only:
             try:
                 client.start_trace(trace.info)
             except Exception as exc:  # noqa: BLE001 - the rest of the batch still goes
-                log.warning("MLflow: trace %s not logged (%s)", trace.info.tags.get("question_id"),
-                            _first_line(exc))
+                failed.append((str(trace.info.tags.get("question_id")), exc))
                 continue
         stored.append(trace)
     if stored:
         client.log_spans(experiment_id, [span for trace in stored for span in trace.data.spans])
-    return [trace.info.trace_id for trace in stored]
+    return [trace.info.trace_id for trace in stored], failed
 
 
 def _first_line(exc: BaseException) -> str:
@@ -421,8 +422,11 @@ class TraceExporter:
             except Exception as exc:  # noqa: BLE001 - one bad row must not stop the others
                 self._failed(done.question_id, exc)
         try:
-            for trace_id in write_traces(self.client, self.target.experiment_id, traces, self.spans_only):
+            stored, failed = write_traces(self.client, self.target.experiment_id, traces, self.spans_only)
+            for trace_id in stored:
                 self.traced.add(by_trace[trace_id])
+            for question_id, exc in failed:
+                self._failed(question_id, exc)
         except Exception as exc:  # noqa: BLE001 - the batch's spans: upload completes them
             self._failed(f"{batch[0].question_id} (+{len(batch) - 1} more)", exc)
         if self.also is not None:
