@@ -23,6 +23,7 @@ from wildtrace.files import write_json
 from wildtrace.tracking import documents
 from wildtrace.tracking.mlflow_logger import read_marker
 from wildtrace.tracking.observer import MlflowObserver
+from wildtrace.tracking.traces import build_trace, tracing_client
 
 pytestmark = pytest.mark.slow  # a real MLflow store per test: seconds each
 
@@ -231,13 +232,18 @@ def test_second_upload_logs_nothing(logged, capsys):
     assert after == before == (1, 4)
 
 
-def test_upload_completes_a_run_cut_off_mid_way(tmp_path):
-    """A process killed after two tasks were traced: upload finishes THAT run, traces not repeated."""
-    s = scripted_run(tmp_path, n=5)
+def started(s: Scripted) -> tuple[MlflowObserver, str]:
+    """An observer whose MLflow run exists, and that run's id (as mlflow.json names it)."""
     obs = s.observer()
     obs.run_started(s.start())
     assert obs.wait_started(30)
-    run_id = read_marker(s.out_dir)["run_id"]
+    return obs, read_marker(s.out_dir)["run_id"]
+
+
+def test_upload_completes_a_run_cut_off_mid_way(tmp_path):
+    """A process killed after two tasks were traced: upload finishes THAT run, traces not repeated."""
+    s = scripted_run(tmp_path, n=5)
+    obs, run_id = started(s)
     for done in s.dones[:2]:
         obs.task_done(done)
     assert len(wait_for_traces(s.client(), run_id, 2)) == 2
@@ -256,13 +262,8 @@ def test_upload_completes_a_run_cut_off_mid_way(tmp_path):
 
 def test_upload_sends_the_spans_of_a_trace_cut_off_before_them(tmp_path):
     """A process killed between a trace's info and its spans: upload adds the spans to THAT trace."""
-    from wildtrace.tracking.traces import build_trace, tracing_client
-
     s = scripted_run(tmp_path, n=3)
-    obs = s.observer()
-    obs.run_started(s.start())
-    assert obs.wait_started(30)
-    run_id = read_marker(s.out_dir)["run_id"]
+    obs, run_id = started(s)
     cut = build_trace(s.dones[0], obs.exporter.target)
     tracing_client(obs.tracking_uri).start_trace(cut.info)  # its info only, then the process dies
     obs.exporter.close(30)
