@@ -151,6 +151,17 @@ class Attempt:
         return self.status is not None and 200 <= self.status < 300 and self.failure is None and not self.too_large
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A request made ready to send: its exact bytes and its cache key (``Endpoint.prepare``)."""
+
+    request: WireRequest  #: the request the bytes encode
+    replicate: int  #: the replicate index in the key
+    content: bytes  #: ``encode_body(request.body)``
+    key: str  #: the cache key
+    material: dict  #: what the key was made from (stored beside the outcome)
+
+
 #: What ``_fetch`` returns when the endpoint rejected temperature: resend without it.
 _RESEND = object()
 
@@ -216,17 +227,26 @@ class Endpoint:
 
     # ------------------------------------------------------------------ the call
 
-    async def call(self, request: WireRequest, replicate: int = 0, cost_tokens: int = 0) -> CallResult:
+    def prepare(self, request: WireRequest, replicate: int = 0) -> Prepared:
+        """The request's bytes and cache key, made ahead of ``call`` (any thread: no state is touched)."""
+        content = encode_body(request.body)
+        key, material = cache_key(self.provider.spec.provider, request.url, self.provider.spec.route, content,
+                                  replicate)
+        return Prepared(request, replicate, content, key, material)
+
+    async def call(self, request: WireRequest, replicate: int = 0, cost_tokens: int = 0,
+                   prepared: Prepared | None = None) -> CallResult:
         """The outcome of one logical request: from the cache, or fetched (with retries) and stored.
 
-        ``cost_tokens`` is the request's estimated size, for pacing against a token budget.
+        ``cost_tokens`` is the request's estimated size, for pacing against a token budget;
+        ``prepared``: ``prepare(request, replicate)`` already made (off the event loop).
         """
         while True:
             if self.temperature_dropped:
                 request = self.provider.without_temperature(request)
-            content = encode_body(request.body)
-            key, material = cache_key(self.provider.spec.provider, request.url, self.provider.spec.route, content,
-                                      replicate)
+            if prepared is None or prepared.request is not request or prepared.replicate != replicate:
+                prepared = self.prepare(request, replicate)
+            content, key, material = prepared.content, prepared.key, prepared.material
             hit = self._lookup(key, request)
             if hit is not None:
                 return hit
@@ -239,8 +259,8 @@ class Endpoint:
                     continue
                 assert isinstance(result, CallResult)
                 result = self._finish(result, request)
-                if is_storable(result):
-                    result = self._store(key, material, result)
+                if is_storable(result):  # in a thread: an fsync must not hold up every other call's I/O
+                    result = await asyncio.to_thread(self._store, key, material, result)
                 return result
 
     def _store(self, key: str, material: dict, result: CallResult) -> CallResult:
