@@ -21,9 +21,11 @@ What it prints, and how each figure is defined:
   (MLflow included). Pipeline / ideal is the same for the pipeline alone (the harness's
   own ``wall_s``).
 - harness CPU per request: the worker process's CPU time (user + system, all threads)
-  during ``run()``, over the requests the endpoint received; also up to the endpoint's
-  last reply only (the calls' own cost, without the logging that follows them).
-- peak RSS: the worker process's ``ru_maxrss``.
+  during ``run()`` plus all of its MLflow logging process's, over the requests the endpoint
+  received; also up to the endpoint's last reply only (the worker process's own, without
+  the logging process: the calls' cost).
+- peak RSS: the worker process's ``ru_maxrss`` plus its MLflow logging process's (both
+  peaks as if at once: an upper bound).
 - MLflow's share of the wall: a sampler looks at the main thread's stack every 5 ms, each
   sample standing for the time since the previous one; it counts when any frame is in
   ``mlflow``, ``opentelemetry`` or ``wildtrace/tracking``. Logging done off the main thread costs nothing here unless the
@@ -251,18 +253,31 @@ def worker(spec_path: Path) -> None:
     before = resource.getrusage(resource.RUSAGE_SELF)
     cpu_at_start = time.process_time()
     started = time.perf_counter()
+    children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    observer = observer_for(cfg)
     with StackSampler(_tracking_prefixes()) as sampler:
-        result = run(cfg, observer=observer_for(cfg))  # as the entry point composes it
+        result = run(cfg, observer=observer)  # as the entry point composes it
     wall = time.perf_counter() - started
     ended_at = time.time()
     after = resource.getrusage(resource.RUSAGE_SELF)
+    # MLflow logs from a child process: its CPU and memory are the harness's too (waited for
+    # here, after the wall time was taken, so that getrusage can count it).
+    logger = getattr(observer, "process", None)
+    if logger is not None:
+        logger.wait(60)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    child_cpu = (children.ru_utime - children_before.ru_utime) + (children.ru_stime - children_before.ru_stime)
     statuses: dict[str, int] = {}
     for row in result.outcome.answers:
         statuses[row["status"]] = statuses.get(row["status"], 0) + 1
     measured = {
         "wall_s": wall, "pipeline_s": result.outcome.wall_s, "ended_at": ended_at,
-        "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
-        "peak_rss_mb": after.ru_maxrss * 1024 / 1e6, "mlflow_share": sampler.share, "mlflow_s": sampler.share * wall,
+        "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime) + child_cpu,
+        "logger_cpu_s": child_cpu,
+        # Both processes at their peaks at once: an upper bound of the harness's footprint.
+        "peak_rss_mb": (after.ru_maxrss + (children.ru_maxrss if logger is not None else 0)) * 1024 / 1e6,
+        "logger_peak_rss_mb": children.ru_maxrss * 1024 / 1e6 if logger is not None else 0.0,
+        "mlflow_share": sampler.share, "mlflow_s": sampler.share * wall,
         "samples": sampler.samples, "cpu_at_start": cpu_at_start, "cpu_trace": sampler.cpu_trace,
         "statuses": statuses, "judgments": len(result.outcome.judgments),
         "harness_requests": result.stats["requests"], "cache_hits": result.stats["cache_hits"],
@@ -457,8 +472,8 @@ def render(report: dict) -> str:
         f"(pipeline {f['pipeline_s']:.2f} s = {_num(r['pipeline_over_ideal'])}x); {f['requests']} requests; "
         f"statuses {f['statuses']}",
         f"  harness CPU {f['cpu_s']:.2f} s = {_num(r['cpu_ms_per_request'])} ms/request ({r['cpu_over_wall']:.2f} of a core;"
-        f" {_num(r['cpu_ms_per_request_calls'])} ms/request up to the last reply); "
-        f"peak RSS {f['peak_rss_mb']:.0f} MB",
+        f" {f.get('logger_cpu_s', 0):.2f} s of it logging; {_num(r['cpu_ms_per_request_calls'])} ms/request up to the "
+        f"last reply); peak RSS {f['peak_rss_mb']:.0f} MB ({f.get('logger_peak_rss_mb', 0):.0f} MB of it logging)",
         f"  MLflow {f['mlflow_s']:.2f} s = {100 * f['mlflow_share']:.1f} % of wall; run ended {_num(f['tail_s'])} s after "
         f"the last reply; logged: {f['mlflow_logged']}",
         f"rerun: {q['requests']} requests, {q['process_s']:.2f} s end to end (run() {q['wall_s']:.2f} s, pipeline "

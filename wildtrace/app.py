@@ -73,13 +73,13 @@ def prepare(dict_cfg: DictConfig, overrides: list[str] | None = None) -> Wildtra
 
 
 def observer_for(settings: WildtraceConfig, parent_run_id: str | None = None) -> RunObserver:
-    """What hears the run's events: MLflow tracking when it is on (the entry point composes the layers)."""
+    """What hears the run's events: MLflow tracking (in a child process) when it is on; the entry point composes the layers."""
     if not settings.mlflow.enabled:
         return RunObserver()
-    from wildtrace.tracking.observer import MlflowObserver
+    from wildtrace.tracking.process import ProcessObserver
 
     m = settings.mlflow
-    return MlflowObserver(m.tracking_uri, m.experiment, m.artifact_location, m.log_documents, parent_run_id)
+    return ProcessObserver(m.tracking_uri, m.experiment, m.artifact_location, m.log_documents, parent_run_id)
 
 
 def log_headline(result: RunResult, settings: WildtraceConfig) -> None:

@@ -1,0 +1,313 @@
+"""MLflow logging in a child process: the run's own interpreter never runs MLflow code.
+
+Why: measured on the full-size benchmark (2 cores), MLflow's import, its store and the
+traces held this process's GIL for about 6 s of a 21-s run. Every wake-up of the event loop
+then waited for it, so each call came back tens of milliseconds late and the run missed
+its wall-time target; with MLflow off the same run met it. In a child process the same
+work runs on its own interpreter (and on another core when there is one).
+
+``ProcessObserver`` is the run's observer: it starts the child when it is made (so MLflow
+is imported while the dataset loads), and forwards the events the child's
+``MlflowObserver`` listens to. A thread pickles and writes them, so the event loop never
+blocks on the pipe. The child's log records come back and are logged here, through this
+process's handlers (and their redaction). Nothing here raises:
+
+- if the child cannot be started, the observer logs from threads of this process instead;
+- if the child dies, the run's ``mlflow.json`` says ``not_logged`` with the reason (keeping
+  the MLflow run id), and ``python -m wildtrace.upload`` completes that run later;
+- if this process goes away first (a crash, SIGKILL), the child sees its pipe close,
+  stores the traces it already has, closes the MLflow run as FAILED and marks the run
+  directory ``not_logged``, so a later ``upload`` completes the same MLflow run.
+
+The child ignores SIGINT and SIGTERM: a Ctrl-C or a job scheduler's SIGTERM reaches the
+whole process group, and the run (which stops cleanly and ends its MLflow run as KILLED)
+tells the child when to finish.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import weakref
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from wildtrace.core.events import RunEnd, RunObserver, RunStart, TaskDone
+
+log = logging.getLogger(__name__)
+
+#: How long the end of a run waits for the child beyond the traces' own bound.
+FINISH_WAIT_S = 660.0
+#: How long a finished child may take to exit before it is left to itself.
+EXIT_WAIT_S = 5.0
+#: Set in the child's environment unless the user set it: a benchmark harness that runs
+#: offline by default does not send MLflow's usage telemetry.
+QUIET_ENV = {"MLFLOW_DISABLE_TELEMETRY": "true"}
+_PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
+
+
+class _Shared:
+    """What the observer and its two threads share (the threads never hold the observer itself)."""
+
+    def __init__(self) -> None:
+        self.started = threading.Event()  # the child's MLflow run exists (or could not be made)
+        self.finished = threading.Event()  # the child answered run_finished, or is gone
+        self.run_id: str | None = None
+        self.gone: str | None = None  # why the child is no longer reachable
+
+
+class ProcessObserver(RunObserver):
+    """Forwards the run's events to an ``MlflowObserver`` in a child process (see the module's docstring)."""
+
+    def __init__(self, tracking_uri: str, experiment: str, artifact_location: str | None = None,
+                 log_documents: bool = True, parent_run_id: str | None = None) -> None:
+        """The same arguments as ``MlflowObserver``; the child is started here."""
+        self._kwargs = {"tracking_uri": tracking_uri, "experiment": experiment,
+                        "artifact_location": artifact_location, "log_documents": log_documents,
+                        "parent_run_id": parent_run_id}
+        self.parent_run_id = parent_run_id
+        self.out_dir: Path | None = None
+        self.fallback: RunObserver | None = None  # in-process logging, when no child could be started
+        self._shared = _Shared()
+        self._outbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.process: subprocess.Popen | None = None
+        try:
+            self.process, sender, receiver = _spawn()
+        except OSError as exc:
+            log.warning("MLflow: could not start the logging process (%s); logging from this process", exc)
+            from wildtrace.tracking.observer import MlflowObserver
+
+            self.fallback = MlflowObserver(**self._kwargs)
+            return
+        self._outbox.put(("init", self._kwargs, logging.getLogger().getEffectiveLevel()))
+        threading.Thread(target=_send_loop, args=(self._outbox, sender, self._shared), name="wildtrace-mlflow-send",
+                         daemon=True).start()
+        threading.Thread(target=_receive_loop, args=(receiver, self._shared), name="wildtrace-mlflow-receive",
+                         daemon=True).start()
+        # A job that raises before run_finished drops its observer: the child then sees its pipe close.
+        weakref.finalize(self, self._outbox.put, None)
+
+    def run_started(self, start: RunStart) -> None:
+        """The child creates the MLflow run (its id reaches ``mlflow.json`` as soon as it exists)."""
+        self.out_dir = Path(start.out_dir)
+        self.parent_run_id = start.parent_run_id or self.parent_run_id
+        if self.fallback is not None:
+            return self.fallback.run_started(start)
+        self._outbox.put(("run_started", start))
+
+    def task_done(self, done: TaskDone) -> None:
+        """Queued for the sending thread: never blocks the event loop."""
+        if self.fallback is not None:
+            return self.fallback.task_done(done)
+        self._outbox.put(("task_done", done))
+
+    def wait_started(self, timeout: float | None = None) -> bool:
+        """Wait until the child's MLflow run exists (or could not be made); False if not known after ``timeout``."""
+        if self.fallback is not None:
+            return self.fallback.wait_started(timeout)  # type: ignore[attr-defined]
+        return self._shared.started.wait(timeout) or self._shared.gone is not None
+
+    def run_finished(self, end: RunEnd) -> str | None:
+        """The child logs the run directory and closes the MLflow run; its id, or None when not logged."""
+        if self.fallback is not None:
+            return self.fallback.run_finished(end)
+        shared = self._shared
+        self._outbox.put(("run_finished", end))
+        self._outbox.put(None)
+        if not shared.finished.wait(FINISH_WAIT_S):
+            shared.gone = f"the logging process did not finish within {FINISH_WAIT_S:.0f} s"
+            self._stop_process(kill=True)
+        if shared.gone is not None and shared.run_id is None:
+            _mark_not_logged(Path(end.out_dir), self.parent_run_id, shared.gone)
+            return None
+        # Not waited for: the child has answered, and its interpreter's exit took 0.56 s (measured).
+        return shared.run_id
+
+    def _stop_process(self, kill: bool) -> None:
+        if self.process is None:
+            return
+        if kill:
+            self.process.kill()
+        try:
+            self.process.wait(EXIT_WAIT_S)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def _spawn() -> tuple[subprocess.Popen, Connection, Connection]:
+    """Start ``python -m wildtrace.tracking.process``; (process, connection to it, connection from it)."""
+    to_child_r, to_child_w = os.pipe()
+    from_child_r, from_child_w = os.pipe()
+    path = os.pathsep.join(p for p in (_PACKAGE_PARENT, os.environ.get("PYTHONPATH", "")) if p)
+    env = {**QUIET_ENV, **os.environ, "PYTHONPATH": path}  # this process's wildtrace, whatever sys.path says
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "wildtrace.tracking.process", str(to_child_r), str(from_child_w)],
+            pass_fds=(to_child_r, from_child_w), env=env, stdin=subprocess.DEVNULL,
+            stdout=2,  # stdout carries the run's headline only
+            start_new_session=False)
+    except OSError:
+        for fd in (to_child_r, to_child_w, from_child_r, from_child_w):
+            os.close(fd)
+        raise
+    os.close(to_child_r)
+    os.close(from_child_w)
+    return process, Connection(to_child_w, readable=False), Connection(from_child_r, writable=False)
+
+
+def _send_loop(outbox: queue.SimpleQueue, conn: Connection, shared: _Shared) -> None:
+    """Pickle and write each queued event; None closes the pipe (the child then ends)."""
+    while True:
+        item = outbox.get()
+        if item is None:
+            break
+        if shared.gone is not None:
+            continue  # drain: nothing can reach the child any more
+        try:
+            conn.send(item)
+        except (OSError, ValueError) as exc:  # the child is gone
+            shared.gone = shared.gone or f"the logging process is gone ({type(exc).__name__}: {exc})"
+    try:
+        conn.close()
+    except OSError:
+        pass
+
+
+def _receive_loop(conn: Connection, shared: _Shared) -> None:
+    """The child's messages: log records (logged here), "started", "finished"; EOF means it is gone."""
+    try:
+        while True:
+            kind, *rest = conn.recv()
+            if kind == "log":
+                name, level, message = rest
+                logger = logging.getLogger(name)
+                if logger.isEnabledFor(level):
+                    logger.handle(logging.makeLogRecord({"name": name, "levelno": level, "msg": message,
+                                                         "levelname": logging.getLevelName(level)}))
+            elif kind == "started":
+                shared.started.set()
+            elif kind == "finished":
+                shared.run_id = rest[0]
+                shared.finished.set()
+    except (EOFError, OSError, ValueError) as exc:
+        if not shared.finished.is_set():
+            shared.gone = shared.gone or (f"the logging process exited ({type(exc).__name__})"
+                                          if not isinstance(exc, EOFError) else "the logging process exited")
+    finally:
+        shared.started.set()
+        shared.finished.set()
+        conn.close()
+
+
+def _mark_not_logged(out_dir: Path, parent_run_id: str | None, reason: str) -> None:
+    """``mlflow.json`` says not_logged with the reason, keeping the MLflow run the child had made."""
+    from wildtrace.tracking.mlflow_logger import NOT_LOGGED, MARKER, read_marker, say_not_logged
+    from wildtrace.files import write_json
+
+    marker = read_marker(out_dir)
+    data = {"status": NOT_LOGGED, "run_id": marker.get("run_id"), "parent_run_id": parent_run_id,
+            "tracking_uri": marker.get("tracking_uri"), "experiment_id": marker.get("experiment_id"),
+            "error": reason}
+    try:
+        write_json(out_dir / MARKER, data)
+    except OSError as exc:
+        log.warning("MLflow: could not write %s (%s)", out_dir / MARKER, exc)
+    say_not_logged(out_dir, reason)
+
+
+# ---------------------------------------------------------------------- the child
+
+
+class _Forward(logging.Handler):
+    """Sends every record to the parent as (name, level, message); tracebacks folded into the message."""
+
+    def __init__(self, send: Any) -> None:
+        super().__init__()
+        self._send = send
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Never raises: a record that cannot be sent is dropped."""
+        try:
+            message = record.getMessage()
+            if record.exc_info and record.exc_info[1] is not None:
+                message += "\n" + logging.Formatter().formatException(record.exc_info)
+            self._send(("log", record.name, record.levelno, message))
+        except Exception:  # noqa: BLE001 - logging must not break the logging process
+            pass
+
+
+def _warm() -> None:
+    """Import MLflow while the run loads its dataset (the first MLflow call then finds it loaded)."""
+    try:
+        for name in ("mlflow.tracking", "wildtrace.tracking.observer"):
+            importlib.import_module(name)
+    except Exception:  # noqa: BLE001 - the real call reports it
+        pass
+
+
+def child_main(in_fd: int, out_fd: int) -> int:
+    """The child: an ``MlflowObserver`` fed from the pipe until run_finished (or the pipe closes)."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
+    inbox, outbox = Connection(in_fd, writable=False), Connection(out_fd, readable=False)
+    lock = threading.Lock()
+
+    def send(message: tuple) -> None:
+        with lock:
+            try:
+                outbox.send(message)
+            except (OSError, ValueError):
+                pass  # the parent is gone: the records go nowhere
+
+    root = logging.getLogger()
+    root.handlers[:] = [_Forward(send)]
+    try:
+        kind, kwargs, level = inbox.recv()
+    except (EOFError, OSError):
+        return 0  # the run ended before it started
+    root.setLevel(level)
+    threading.Thread(target=_warm, name="wildtrace-mlflow-import", daemon=True).start()
+    from wildtrace.tracking.observer import MlflowObserver
+
+    observer = MlflowObserver(**kwargs)
+    started: RunStart | None = None
+    while True:
+        try:
+            message = inbox.recv()
+        except (EOFError, OSError):
+            break
+        name, event = message
+        if name == "run_started":
+            started = event
+            observer.run_started(event)
+            threading.Thread(target=lambda: (observer.wait_started(), send(("started",))), daemon=True).start()
+        elif name == "task_done":
+            observer.task_done(event)
+        elif name == "run_finished":
+            send(("finished", observer.run_finished(event)))
+            return 0
+    if started is not None:  # the run's process went away without finishing: keep what it sent
+        observer.run_finished(RunEnd(out_dir=started.out_dir, status="failed"))
+    return 0
+
+
+def _exit_now(code: int) -> None:
+    """End without the interpreter's teardown (0.5 s of MLflow's threads and modules, measured):
+    every MLflow call above was synchronous, so nothing is left to flush but the std streams."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    _exit_now(child_main(int(sys.argv[1]), int(sys.argv[2])))
