@@ -47,6 +47,8 @@ log = logging.getLogger(__name__)
 FINISH_WAIT_S = 660.0
 #: How long a finished child may take to exit before it is left to itself.
 EXIT_WAIT_S = 5.0
+#: The child's niceness: its work waits for idle CPU, so it never slows the run's own.
+CHILD_NICENESS = 10
 #: Set in the child's environment unless the user set it: a benchmark harness that runs
 #: offline by default does not send MLflow's usage telemetry.
 QUIET_ENV = {"MLFLOW_DISABLE_TELEMETRY": "true"}
@@ -256,6 +258,10 @@ def child_main(in_fd: int, out_fd: int) -> int:
     """The child: an ``MlflowObserver`` fed from the pipe until run_finished (or the pipe closes)."""
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, signal.SIG_IGN)
+    try:  # logging yields the CPU to the run (and to whatever serves it on this machine)
+        os.nice(CHILD_NICENESS)
+    except OSError:
+        pass
     inbox, outbox = Connection(in_fd, writable=False), Connection(out_fd, readable=False)
     lock = threading.Lock()
 
