@@ -25,7 +25,8 @@ What it prints, and how each figure is defined:
   received; also up to the endpoint's last reply only (the worker process's own, without
   the logging process: the calls' cost).
 - peak RSS: the worker process's ``ru_maxrss`` plus its MLflow logging process's (both
-  peaks as if at once: an upper bound).
+  peaks as if at once: an upper bound, and what the target reads); beside it, the largest
+  sum of the two seen by sampling both every 50 ms.
 - MLflow's share of the wall: a sampler looks at the main thread's stack every 5 ms, each
   sample standing for the time since the previous one; it counts when any frame is in
   ``mlflow``, ``opentelemetry`` or ``wildtrace/tracking``. Logging done off the main thread costs nothing here unless the
@@ -169,6 +170,15 @@ def _tracking_prefixes() -> tuple[str, ...]:
     return tuple(found)
 
 
+def _rss_mb(pid: int) -> float:
+    """A process's resident memory now (0 when it is gone or /proc is not there)."""
+    try:
+        with open(f"/proc/{pid}/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 class StackSampler:
     """How much of the wall time the main thread spends inside given source folders.
 
@@ -177,8 +187,10 @@ class StackSampler:
     under-weight exactly that time. ``cpu_trace`` notes (time.time(), process CPU s) as it goes.
     """
 
-    def __init__(self, prefixes: tuple[str, ...], every_s: float = SAMPLE_EVERY_S) -> None:
-        self.prefixes, self.every_s = prefixes, every_s
+    def __init__(self, prefixes: tuple[str, ...], every_s: float = SAMPLE_EVERY_S, pids: tuple[int, ...] = ()) -> None:
+        """``pids``: processes whose resident memory is summed with this one's at each CPU note."""
+        self.prefixes, self.every_s, self.pids = prefixes, every_s, (os.getpid(), *pids)
+        self.peak_rss_together_mb = 0.0  # the largest sum seen (Linux /proc only; 0 elsewhere)
         self.samples = 0
         self.seen_s = self.inside_s = 0.0
         self.cpu_trace: list[tuple[float, float]] = []
@@ -204,6 +216,7 @@ class StackSampler:
             last = now
             if self.samples % CPU_EVERY == 0:
                 self.cpu_trace.append((time.time(), time.process_time()))
+                self.peak_rss_together_mb = max(self.peak_rss_together_mb, sum(map(_rss_mb, self.pids)))
 
     def __enter__(self) -> StackSampler:
         self._thread.start()
@@ -255,14 +268,14 @@ def worker(spec_path: Path) -> None:
     started = time.perf_counter()
     children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     observer = observer_for(cfg)
-    with StackSampler(_tracking_prefixes()) as sampler:
+    logger = getattr(observer, "process", None)
+    with StackSampler(_tracking_prefixes(), pids=(logger.pid,) if logger is not None else ()) as sampler:
         result = run(cfg, observer=observer)  # as the entry point composes it
     wall = time.perf_counter() - started
     ended_at = time.time()
     after = resource.getrusage(resource.RUSAGE_SELF)
     # MLflow logs from a child process: its CPU and memory are the harness's too (waited for
     # here, after the wall time was taken, so that getrusage can count it).
-    logger = getattr(observer, "process", None)
     if logger is not None:
         logger.wait(60)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -277,6 +290,7 @@ def worker(spec_path: Path) -> None:
         # Both processes at their peaks at once: an upper bound of the harness's footprint.
         "peak_rss_mb": (after.ru_maxrss + (children.ru_maxrss if logger is not None else 0)) * 1024 / 1e6,
         "logger_peak_rss_mb": children.ru_maxrss * 1024 / 1e6 if logger is not None else 0.0,
+        "peak_rss_together_mb": sampler.peak_rss_together_mb,
         "mlflow_share": sampler.share, "mlflow_s": sampler.share * wall,
         "samples": sampler.samples, "cpu_at_start": cpu_at_start, "cpu_trace": sampler.cpu_trace,
         "statuses": statuses, "judgments": len(result.outcome.judgments),
@@ -473,7 +487,8 @@ def render(report: dict) -> str:
         f"statuses {f['statuses']}",
         f"  harness CPU {f['cpu_s']:.2f} s = {_num(r['cpu_ms_per_request'])} ms/request ({r['cpu_over_wall']:.2f} of a core;"
         f" {f.get('logger_cpu_s', 0):.2f} s of it logging; {_num(r['cpu_ms_per_request_calls'])} ms/request up to the "
-        f"last reply); peak RSS {f['peak_rss_mb']:.0f} MB ({f.get('logger_peak_rss_mb', 0):.0f} MB of it logging)",
+        f"last reply); peak RSS {f['peak_rss_mb']:.0f} MB ({f.get('logger_peak_rss_mb', 0):.0f} MB of it logging; "
+        f"both processes sampled together every 50 ms: {f.get('peak_rss_together_mb', 0):.0f} MB)",
         f"  MLflow {f['mlflow_s']:.2f} s = {100 * f['mlflow_share']:.1f} % of wall; run ended {_num(f['tail_s'])} s after "
         f"the last reply; logged: {f['mlflow_logged']}",
         f"rerun: {q['requests']} requests, {q['process_s']:.2f} s end to end (run() {q['wall_s']:.2f} s, pipeline "
