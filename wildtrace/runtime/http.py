@@ -259,7 +259,8 @@ class Endpoint:
                     continue
                 assert isinstance(result, CallResult)
                 result = self._finish(result, request)
-                if is_storable(result):  # in a thread: an fsync must not hold up every other call's I/O
+                # Stored from a thread: an fsync must not hold up every other call's I/O.
+                if is_storable(result) and self.cache.enabled:
                     result = await asyncio.to_thread(self._store, key, material, result)
                 return result
 
