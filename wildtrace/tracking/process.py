@@ -37,17 +37,20 @@ import threading
 import weakref
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wildtrace.core.events import RunEnd, RunObserver, RunStart, TaskDone
+
+if TYPE_CHECKING:
+    from wildtrace.tracking.observer import MlflowObserver
 
 log = logging.getLogger(__name__)
 
 #: How long the end of a run waits for the child beyond the traces' own bound.
 FINISH_WAIT_S = 660.0
-#: How long a finished child may take to exit before it is left to itself.
+#: How long a killed child may take to go.
 EXIT_WAIT_S = 5.0
-#: The child's niceness: its work waits for idle CPU, so it never slows the run's own.
+#: The child's niceness: when the CPU is short, its work yields to the run's.
 CHILD_NICENESS = 10
 #: Set in the child's environment unless the user set it: a benchmark harness that runs
 #: offline by default does not send MLflow's usage telemetry.
@@ -75,8 +78,7 @@ class ProcessObserver(RunObserver):
                         "artifact_location": artifact_location, "log_documents": log_documents,
                         "parent_run_id": parent_run_id}
         self.parent_run_id = parent_run_id
-        self.out_dir: Path | None = None
-        self.fallback: RunObserver | None = None  # in-process logging, when no child could be started
+        self.fallback: MlflowObserver | None = None  # in-process logging, when no child could be started
         self._shared = _Shared()
         self._outbox: queue.SimpleQueue = queue.SimpleQueue()
         self.process: subprocess.Popen | None = None
@@ -84,9 +86,9 @@ class ProcessObserver(RunObserver):
             self.process, sender, receiver = _spawn()
         except OSError as exc:
             log.warning("MLflow: could not start the logging process (%s); logging from this process", exc)
-            from wildtrace.tracking.observer import MlflowObserver
+            from wildtrace.tracking.observer import MlflowObserver as InProcess
 
-            self.fallback = MlflowObserver(**self._kwargs)
+            self.fallback = InProcess(**self._kwargs)
             return
         self._outbox.put(("init", self._kwargs, logging.getLogger().getEffectiveLevel()))
         threading.Thread(target=_send_loop, args=(self._outbox, sender, self._shared), name="wildtrace-mlflow-send",
@@ -98,7 +100,6 @@ class ProcessObserver(RunObserver):
 
     def run_started(self, start: RunStart) -> None:
         """The child creates the MLflow run (its id reaches ``mlflow.json`` as soon as it exists)."""
-        self.out_dir = Path(start.out_dir)
         self.parent_run_id = start.parent_run_id or self.parent_run_id
         if self.fallback is not None:
             return self.fallback.run_started(start)
@@ -113,7 +114,7 @@ class ProcessObserver(RunObserver):
     def wait_started(self, timeout: float | None = None) -> bool:
         """Wait until the child's MLflow run exists (or could not be made); False if not known after ``timeout``."""
         if self.fallback is not None:
-            return self.fallback.wait_started(timeout)  # type: ignore[attr-defined]
+            return self.fallback.wait_started(timeout)
         return self._shared.started.wait(timeout) or self._shared.gone is not None
 
     def run_finished(self, end: RunEnd) -> str | None:
@@ -125,18 +126,17 @@ class ProcessObserver(RunObserver):
         self._outbox.put(None)
         if not shared.finished.wait(FINISH_WAIT_S):
             shared.gone = f"the logging process did not finish within {FINISH_WAIT_S:.0f} s"
-            self._stop_process(kill=True)
+            self._kill()
         if shared.gone is not None and shared.run_id is None:
             _mark_not_logged(Path(end.out_dir), self.parent_run_id, shared.gone)
             return None
         # Not waited for: the child has answered, and its interpreter's exit took 0.56 s (measured).
         return shared.run_id
 
-    def _stop_process(self, kill: bool) -> None:
+    def _kill(self) -> None:
         if self.process is None:
             return
-        if kill:
-            self.process.kill()
+        self.process.kill()
         try:
             self.process.wait(EXIT_WAIT_S)
         except subprocess.TimeoutExpired:
@@ -153,8 +153,7 @@ def _spawn() -> tuple[subprocess.Popen, Connection, Connection]:
         process = subprocess.Popen(
             [sys.executable, "-m", "wildtrace.tracking.process", str(to_child_r), str(from_child_w)],
             pass_fds=(to_child_r, from_child_w), env=env, stdin=subprocess.DEVNULL,
-            stdout=2,  # stdout carries the run's headline only
-            start_new_session=False)
+            stdout=2)  # stdout carries the run's headline only
     except OSError:
         for fd in (to_child_r, to_child_w, from_child_r, from_child_w):
             os.close(fd)
