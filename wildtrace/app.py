@@ -73,7 +73,10 @@ def prepare(dict_cfg: DictConfig, overrides: list[str] | None = None) -> Wildtra
 
 
 def observer_for(settings: WildtraceConfig, parent_run_id: str | None = None) -> RunObserver:
-    """What hears the run's events: MLflow tracking (in a child process) when it is on; the entry point composes the layers."""
+    """What hears the run's events: MLflow tracking (from a child process) when it is on.
+
+    The entry point composes the layers: runtime and tracking never import each other.
+    """
     if not settings.mlflow.enabled:
         return RunObserver()
     from wildtrace.tracking.process import ProcessObserver

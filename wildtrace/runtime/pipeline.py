@@ -6,7 +6,8 @@ memory, and a worker whose call ends sends the next at once); each answer goes t
 judges the moment it arrives, and each judge endpoint has its own bound. The run reports
 what happens to an observer it is handed (task started, call finished, task done) and
 never knows who listens. A stop (a signal, a store that fails) ends the sending: in-flight
-calls get a grace period, and the outcome holds every task that finished. Nothing here knows a wire format or a config library.
+calls get a grace period, and the outcome holds every task that finished. Nothing here
+knows a wire format or a config library.
 """
 
 from __future__ import annotations
