@@ -155,3 +155,17 @@ def test_an_observer_dropped_before_its_run_starts_lets_its_child_exit(tmp_path)
     del obs  # a job that failed its checks before any request
     assert child.wait(60) == 0
     assert read_marker(s.out_dir) == {}  # nothing was started, nothing is claimed
+
+
+def test_a_run_process_killed_before_its_mlflow_run_exists_still_leaves_its_id(tmp_path):
+    s = scripted_run(tmp_path)
+    obs = observer_for(s)
+    child = obs.process
+    obs.run_started(s.start())
+    obs._outbox.put(None)  # gone at once: the child may still be importing MLflow
+    assert child.wait(120) == 0
+    marker = read_marker(s.out_dir)
+    assert marker["status"] == "not_logged" and marker["run_id"]
+    assert s.client().get_run(marker["run_id"]).info.status == "FAILED"
+    assert upload.main([str(s.out_dir)]) == 0  # completes that run
+    assert s.client().get_run(marker["run_id"]).info.status == "FINISHED"
