@@ -169,3 +169,20 @@ def test_a_run_process_killed_before_its_mlflow_run_exists_still_leaves_its_id(t
     assert s.client().get_run(marker["run_id"]).info.status == "FAILED"
     assert upload.main([str(s.out_dir)]) == 0  # completes that run
     assert s.client().get_run(marker["run_id"]).info.status == "FINISHED"
+
+
+def test_a_hung_logging_process_is_killed_after_its_bound_and_the_run_marked_not_logged(tmp_path, monkeypatch):
+    monkeypatch.setattr(P, "FINISH_WAIT_S", 2.0)
+    s = scripted_run(tmp_path)
+    obs = observer_for(s)
+    obs.run_started(s.start())
+    assert obs.wait_started(60)
+    run_id = read_marker(s.out_dir)["run_id"]
+    obs.process.send_signal(signal.SIGSTOP)  # hung: alive, answering nothing
+    started = time.monotonic()
+    assert obs.run_finished(RunEnd(str(s.out_dir), "finished")) is None
+    assert 2.0 <= time.monotonic() - started < 30
+    assert obs.process.poll() is not None  # killed, not left behind
+    marker = read_marker(s.out_dir)
+    assert marker["status"] == "not_logged" and marker["run_id"] == run_id
+    assert "did not finish within 2 s" in marker["error"]
