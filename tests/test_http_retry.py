@@ -24,7 +24,7 @@ from conftest import endpoint_spec
 
 from wildtrace.core import records as R
 from wildtrace.core.records import CallResult, Usage
-from wildtrace.providers.base import EndpointSpec, Sampling
+from wildtrace.providers.base import Sampling
 from wildtrace.providers.registry import make_provider
 from wildtrace.runtime import http as http_mod
 from wildtrace.runtime.cache import Cache

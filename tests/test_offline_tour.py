@@ -4,7 +4,6 @@ matters, seeded by (replicate, request) — and the default run's headline uncha
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 

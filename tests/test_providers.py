@@ -14,7 +14,7 @@ from wildtrace.core.prompts import answer_prompt, judge_prompt
 from wildtrace.core.records import Completion, Usage
 from wildtrace.core.tasks import RubricItem
 from wildtrace.providers.anthropic import AnthropicProvider
-from wildtrace.providers.base import EndpointSpec, Sampling, WireRequest, merge_extra
+from wildtrace.providers.base import Sampling, WireRequest, merge_extra
 from wildtrace.providers.gemini import GeminiProvider
 from wildtrace.providers.offline import OfflineProvider
 from wildtrace.providers.openai import OpenAIProvider

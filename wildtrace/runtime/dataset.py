@@ -15,7 +15,7 @@ from pathlib import Path
 
 from wildtrace.core.caps import count_ideographs
 from wildtrace.core.tasks import DatasetError, Task, parse_tasks, records_of, select, where
-from wildtrace.files import CORPUS_PREFIX, resolve_corpus_file  # noqa: F401 - re-exported for callers
+from wildtrace.files import resolve_corpus_file
 
 #: Threads measuring the corpus at once.
 MEASURE_THREADS = 2

@@ -130,10 +130,6 @@ def _ssl_context() -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
-class ResponseTooLarge(Exception):
-    """A body past the endpoint's bound: the call fails with its own reason, the bytes not kept."""
-
-
 @dataclass
 class Attempt:
     """What one HTTP attempt gave: a status with its headers and decoded body, or a transport failure."""

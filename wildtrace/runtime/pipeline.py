@@ -301,11 +301,9 @@ class _Run:
             self.stop.request(f"storage failure: {endpoint.storage_error}")
 
     def prepare(self, task: Task) -> _Ready:
-        """Everything before the answer's call (any thread): the document read, the prompt, its bytes and key."""
+        """What an in-scope answer needs before its call (any thread): document, prompt, bytes, key."""
         plan, decision = self.plan, self.decisions[task.question_id]
-        if not decision.in_scope:
-            return _Ready(task)
-        assert plan.model is not None
+        assert plan.model is not None and decision.in_scope
         prompt = answer_prompt(task.question_text, read_document(plan.dataset.document(task).path))
         request = plan.model.provider.build_request(prompt, plan.answer_sampling)
         cost = estimate_tokens(len(prompt), decision.cap_kind == "cjk", max_tokens=plan.answer_sampling.max_tokens)
@@ -316,10 +314,13 @@ class _Run:
         for task in self.plan.dataset.tasks:
             if self.stop.is_set():
                 break
-            try:
-                item = await asyncio.to_thread(self.prepare, task)
-            except Exception as exc:  # raised by the worker that takes it, as if the worker had read it
-                item = _Ready(task, error=exc)
+            if not self.decisions[task.question_id].in_scope:
+                item = _Ready(task)  # no document to read: no thread hop
+            else:
+                try:
+                    item = await asyncio.to_thread(self.prepare, task)
+                except Exception as exc:  # raised by the worker that takes it, as if the worker had read it
+                    item = _Ready(task, error=exc)
             await ready.put(item)
         for _ in range(workers):
             await ready.put(None)

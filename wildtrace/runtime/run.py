@@ -24,7 +24,6 @@ from pathlib import Path
 from wildtrace import __version__
 from wildtrace.config import EndpointConfig, WildtraceConfig, caps_of, effective_max_tokens
 from wildtrace.config_check import spec_warnings
-from wildtrace.core import records as R
 from wildtrace.core import views
 from wildtrace.core.events import RunEnd, RunObserver, RunStart
 from wildtrace.core.prompts import PROMPTS_VERSION, prompts_sha256

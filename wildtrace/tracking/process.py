@@ -247,8 +247,7 @@ class _Forward(logging.Handler):
 def _warm() -> None:
     """Import MLflow while the run loads its dataset (the first MLflow call then finds it loaded)."""
     try:
-        for name in ("mlflow.tracking", "wildtrace.tracking.observer"):
-            importlib.import_module(name)
+        importlib.import_module("mlflow.tracking")
     except Exception:  # noqa: BLE001 - the real call reports it
         pass
 
