@@ -304,8 +304,28 @@ def write_traces(client: Any, experiment_id: str, traces: list,
                 continue
         stored.append(trace)
     if stored:
-        client.log_spans(experiment_id, [span for trace in stored for span in trace.data.spans])
+        log_spans(client, experiment_id, [span for trace in stored for span in trace.data.spans])
     return [trace.info.trace_id for trace in stored], failed
+
+
+def log_spans(client: Any, experiment_id: str, spans: list) -> None:
+    """``client.log_spans``, asking a tracking server its version again when it could not say.
+
+    MLflow's REST store asks the server ``/version`` once per process (3-s timeout, no retry)
+    and caches the answer, a failure included: one slow reply from a busy or restarting
+    server made every later ``log_spans`` of that process raise NotImplementedError (seen:
+    a whole ``upload`` failed after the server came back). The cache is cleared and the call
+    made once more; a server that still cannot say its version fails as before.
+    """
+    try:
+        client.log_spans(experiment_id, spans)
+    except NotImplementedError as exc:
+        if "server version" not in str(exc):
+            raise
+        from mlflow.store.tracking.rest_store import RestStore
+
+        RestStore._get_server_version.cache_clear()
+        client.log_spans(experiment_id, spans)
 
 
 def _first_line(exc: BaseException) -> str:
