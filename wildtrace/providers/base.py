@@ -262,6 +262,19 @@ class Provider(ABC):
         body = {k: v for k, v in request.body.items() if k != "temperature"}
         return WireRequest(url=request.url, body=body, headers=dict(request.headers))
 
+    def temperature_sent(self, request: WireRequest) -> bool | str:
+        """What the record says of temperature: True (sent), False (not sent), or ``"ignored"``
+        where the provider documents that it takes the field and ignores it (dialects override)."""
+        return self.without_temperature(request).body != request.body
+
+    def failure_status(self, payload: Any) -> int | None:
+        """The HTTP status a 2xx body stands for when it is an error in disguise, else None.
+
+        Some vendors answer a failure with 200: GLM ends a faulted generation with
+        ``finish_reason: "network_error"``, MiniMax puts its error code in ``base_resp``.
+        The HTTP layer then treats the attempt as that status (retry, quota, fail)."""
+        return None
+
     @abstractmethod
     def auth_headers(self, api_key: str) -> dict[str, str]:
         """Headers that carry the key (kept apart so the key never enters a cache key or log)."""
@@ -292,16 +305,22 @@ class Provider(ABC):
         return str(payload)[:2000]
 
 
-def check_reasoning(provider: str, reasoning_format: str | None, level: str | None) -> None:
-    """Raise ValueError (naming the choices) for an unknown level or a format the wire format lacks."""
+def check_reasoning(provider: str, reasoning_format: str | None, level: str | None, route: str | None = None) -> None:
+    """Raise ValueError (naming the choices) for an unknown level, a format the wire format lacks,
+    or (given the route) a level or format the model family cannot take (``reasoning.family_error``)."""
     if level is not None and level not in REASONING_LEVELS:
         raise ValueError(f"unknown reasoning_effort {level!r} (choose from {', '.join(REASONING_LEVELS)})")
-    if reasoning_format is None:
-        return
-    allowed = FORMATS_BY_PROVIDER.get(provider, ())
-    if reasoning_format not in allowed:
-        raise ValueError(f"reasoning_format {reasoning_format!r} does not apply to provider {provider!r} "
-                         f"(choose from {', '.join(allowed) or 'none'})")
+    if reasoning_format is not None:
+        allowed = FORMATS_BY_PROVIDER.get(provider, ())
+        if reasoning_format not in allowed:
+            raise ValueError(f"reasoning_format {reasoning_format!r} does not apply to provider {provider!r} "
+                             f"(choose from {', '.join(allowed) or 'none'})")
+    if route is not None:
+        from wildtrace.providers.reasoning import family_error  # reasoning.py imports this module
+
+        problem = family_error(route, reasoning_format, level)
+        if problem is not None:
+            raise ValueError(problem)
 
 
 def error_status(error: Any, default: int = 500) -> int:
