@@ -4,10 +4,9 @@ reasoning text is told apart from the answer. Pure; the tables live in base.py."
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
 
-from wildtrace.providers.base import THINKING_BUDGETS
+from wildtrace.providers.base import CLAUDE_XHIGH, THINKING_BUDGETS
 
 _THINK_OPEN = "<think>"
 _THINK_CLOSE = "</think>"
@@ -15,81 +14,6 @@ _THINK_CLOSE = "</think>"
 _CLAUDE = re.compile(r"claude-(?:opus|sonnet|haiku)-(\d+)(?:[-.](\d{1,2}))?(?!\d)")
 #: Gemini 1.x/2.x take a thinking budget; 3.x and later a thinking level.
 _GEMINI_BUDGET = re.compile(r"gemini-[12](?:[.-]|$)")
-
-
-@dataclass(frozen=True)
-class Family:
-    """A model family whose reasoning controls are narrower than its wire format's.
-
-    ``levels``: the ``decoding.reasoning_effort`` values it can take (None = any);
-    ``formats``: the ``reasoning_format`` values that can reach it (None = any)."""
-
-    name: str
-    pattern: re.Pattern[str]
-    levels: tuple[str, ...] | None
-    source: str
-    formats: tuple[str, ...] | None = None
-
-
-#: Families matched on the route (a provider path, a gateway prefix or a date suffix around it
-#: changes nothing: the model is the same), first match wins. Each entry's source is the
-#: provider's page or the provider's own error text as reported in public bug trackers.
-FAMILIES: tuple[Family, ...] = (
-    # ai.google.dev/gemini-api/docs/thinking: 2.5 Pro takes thinkingBudget 128..32768 and
-    # "cannot turn off thinking" (0 is rejected); our budgets for minimal..xhigh are 1024..32768.
-    Family("Gemini 2.5 Pro", re.compile(r"gemini-2\.5-pro(?![\w.-]*(?:flash|lite))"),
-           ("minimal", "low", "medium", "high", "xhigh"),
-           "ai.google.dev/gemini-api/docs/thinking: thinkingBudget 128-32768, thinking cannot be turned off"),
-    # Gemini 3.1 Pro: thinkingLevel low/medium/high; minimal is not supported and thinking cannot
-    # be turned off (ai.google.dev/gemini-api/docs/thinking; also docs.rs adk-model ThinkingLevel:
-    # "Minimal ... Not supported on Gemini 3.1 Pro").
-    Family("Gemini 3.1 Pro", re.compile(r"gemini-3\.1-pro"), ("low", "medium", "high"),
-           "ai.google.dev/gemini-api/docs/thinking: thinkingLevel low, medium or high; thinking cannot be turned off"),
-    # Gemini 3 Pro: low/high only (ai.google.dev/gemini-api/docs/thinking; gemini_ex ThinkingLevel docs).
-    Family("Gemini 3 Pro", re.compile(r"gemini-3-pro"), ("low", "high"),
-           "ai.google.dev/gemini-api/docs/thinking: thinkingLevel low or high; thinking cannot be turned off"),
-    # OpenAI's own 400: "Unsupported value: 'minimal' is not supported with the 'gpt-5.1' model.
-    # Supported values are: 'none', 'low', 'medium', and 'high'." (github.com/anomalyco/opencode/issues/4451)
-    Family("GPT-5.1", re.compile(r"gpt-5\.1(?![\d])(?!-codex)"), ("none", "low", "medium", "high"),
-           "OpenAI: \"Supported values are: 'none', 'low', 'medium', and 'high'\" for gpt-5.1"),
-    # gpt-5.2: "Supported values are: 'none', 'low', 'medium', 'high', and 'xhigh'"
-    # (github.com/CherryHQ/cherry-studio/issues/11864). 5.4 and 5.5: not confirmed from OpenAI's pages;
-    # bolna-ai/bolna#852 lists 5.4 without minimal. Taken to follow 5.2.
-    Family("GPT-5.2+", re.compile(r"gpt-5\.(?:[2-9]|\d\d)(?![\d])(?!-codex)"),
-           ("none", "low", "medium", "high", "xhigh"),
-           "OpenAI: \"Supported values are: 'none', 'low', 'medium', 'high', and 'xhigh'\" for gpt-5.2"),
-    # Claude Opus 4.7 removed extended-thinking budgets: adaptive thinking only
-    # (platform.claude.com migration guide for Opus 4.7; apidog.com/blog/claude-opus-4-7-api).
-    Family("Claude Opus 4.7+", re.compile(r"claude-opus-(?:4[-.](?:[7-9]|\d\d)|[5-9])(?!\d)"), None,
-           "platform.claude.com: Opus 4.7 takes adaptive thinking only (no budget_tokens)",
-           formats=("anthropic-adaptive", "none")),
-)
-
-#: Claude Opus 4.7 and later have an ``xhigh`` effort of their own, between high and max.
-_CLAUDE_XHIGH = FAMILIES[-1].pattern
-
-
-def family_of(route: str) -> Family | None:
-    """The family a route belongs to, or None when its controls are the wire format's own."""
-    ident = route.strip().lower()
-    for family in FAMILIES:
-        if family.pattern.search(ident):
-            return family
-    return None
-
-
-def family_error(route: str, reasoning_format: str | None, level: str | None) -> str | None:
-    """Why a reasoning setting cannot reach this model (naming the key and the allowed values), else None."""
-    family = family_of(route)
-    if family is None:
-        return None
-    if family.levels is not None and level is not None and level not in family.levels:
-        return (f"reasoning_effort={level!r} is not possible on {family.name} (route {route}): "
-                f"choose from {', '.join(family.levels)} ({family.source})")
-    if family.formats is not None and reasoning_format is not None and reasoning_format not in family.formats:
-        return (f"reasoning_format={reasoning_format!r} is not possible on {family.name} (route {route}): "
-                f"choose from {', '.join(family.formats)} ({family.source})")
-    return None
 
 
 def split_think(content: str | None) -> tuple[str | None, str | None]:
@@ -174,7 +98,7 @@ def anthropic_fields(fmt: str, level: str, max_tokens: int, route: str = "") -> 
     if level == "none" or fmt == "none":
         return {}
     if fmt == "anthropic-adaptive":
-        top = "xhigh" if _CLAUDE_XHIGH.search(route.lower()) else "max"
+        top = "xhigh" if CLAUDE_XHIGH.search(route.lower()) else "max"
         effort = {"minimal": "low", "xhigh": top}.get(level, level)
         return {"thinking": {"type": "adaptive"}, "output_config": {"effort": effort}}
     budget = thinking_budget(level, max_tokens, 1024)
