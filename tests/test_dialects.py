@@ -462,3 +462,27 @@ def test_minimax_still_gets_the_spec_budget_and_warns_in_the_run(tmp_path, monke
     assert bodies and all(b["max_tokens"] == 32768 for b in bodies)
     codes = [w["code"] for w in result.stats["warnings"]]
     assert "output_limit" in codes
+
+
+# --------------------------------------------------------------------------------------
+# hostile shapes: the dialect readers never raise past the boundary
+# --------------------------------------------------------------------------------------
+
+HOSTILE = [None, [], "text", 7, {"base_resp": "x"}, {"base_resp": {"status_code": "1008"}},
+           {"base_resp": {"status_code": True}}, {"base_resp": []}, {"choices": "x"}, {"choices": [None]},
+           {"choices": [{"finish_reason": ["network_error"]}]}, {"error": {"code": {"x": 1}}},
+           {"error": ["1113"]}, {"choices": [{"usage": "x", "message": {"content": "a"}}]}]
+
+
+@pytest.mark.parametrize("payload", HOSTILE, ids=[f"hostile{i}" for i in range(len(HOSTILE))])
+def test_dialect_readers_take_any_body(payload):
+    from wildtrace.runtime.retry import classify, is_quota
+
+    p = make_provider(endpoint_spec("openai"))
+    assert p.failure_status(payload) is None  # nothing there says the 2xx was an error
+    assert isinstance(p.error_message(payload), str)
+    assert is_quota(500, payload) is False and classify(500, {}, payload) == "retry"
+    try:
+        p.parse_response(payload)
+    except ValueError:
+        pass  # an unreadable body is one error type, never another
