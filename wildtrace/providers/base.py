@@ -91,8 +91,9 @@ FAMILIES: tuple[Family, ...] = (
     Family("GPT-5.1", re.compile(r"gpt-5\.1(?![\d])(?!-codex)"), ("none", "low", "medium", "high"),
            "OpenAI: \"Supported values are: 'none', 'low', 'medium', and 'high'\" for gpt-5.1"),
     # gpt-5.2: "Supported values are: 'none', 'low', 'medium', 'high', and 'xhigh'"
-    # (github.com/CherryHQ/cherry-studio/issues/11864). 5.4 and 5.5: not confirmed from OpenAI's pages;
-    # bolna-ai/bolna#852 lists 5.4 without minimal. Taken to follow 5.2.
+    # (github.com/CherryHQ/cherry-studio/issues/11864). 5.5: "reasoning effort levels (none, low, medium,
+    # high, xhigh)" (docs.oxen.ai GPT 5.5 page); 5.4: bolna-ai/bolna#852 lists it without minimal. Not
+    # confirmed on OpenAI's own pages.
     Family("GPT-5.2+", re.compile(r"gpt-5\.(?:[2-9]|\d\d)(?![\d])(?!-codex)"),
            ("none", "low", "medium", "high", "xhigh"),
            "OpenAI: \"Supported values are: 'none', 'low', 'medium', 'high', and 'xhigh'\" for gpt-5.2"),
