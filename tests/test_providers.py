@@ -353,7 +353,7 @@ GEMINI_PARSE = [
                          "finishReason": "STOP"}],
          "usageMetadata": {"promptTokenCount": 200, "candidatesTokenCount": 40, "thoughtsTokenCount": 300,
                            "totalTokenCount": 540}},
-        Completion("The answer is 42.", "STOP", Usage(200, 40, 300), None),
+        Completion("The answer is 42.", "STOP", Usage(200, 340, 300), None),  # candidates exclude thoughts
         id="normal-with-thoughts-usage",
     ),
     pytest.param(

@@ -564,7 +564,7 @@ GEMINI_BLOCKED = sse({"promptFeedback": {"blockReason": "PROHIBITED_CONTENT"},
                       "usageMetadata": {"promptTokenCount": 5}, "modelVersion": "gemini-2.5-pro"}, terminal=b"")
 
 GEMINI_STREAMS = [
-    pytest.param(GEMINI_STREAM, Completion("The keeper 守夜人 ✅.", "STOP", Usage(900, 40, 300),
+    pytest.param(GEMINI_STREAM, Completion("The keeper 守夜人 ✅.", "STOP", Usage(900, 340, 300),
                                            reasoning="Weighing the two logs", served_model="gemini-2.5-pro"),
                  id="thoughts-then-text"),
     pytest.param(GEMINI_SAFETY, Completion("I will ", "SAFETY", Usage(8), refusal="finishReason=SAFETY",
@@ -661,7 +661,9 @@ ANTHROPIC_REASONING = [
     ("claude-sonnet-4-5", None, "high", 1500, {"thinking": {"type": "enabled", "budget_tokens": 1024}}),
     ("claude-opus-4-6", None, "medium", 32768, {"thinking": {"type": "adaptive"}, "output_config": {"effort": "medium"}}),
     ("claude-opus-4.8", None, "minimal", 32768, {"thinking": {"type": "adaptive"}, "output_config": {"effort": "low"}}),
-    ("claude-opus-4-7", None, "xhigh", 32768, {"thinking": {"type": "adaptive"}, "output_config": {"effort": "max"}}),
+    # Opus 4.7+ has an xhigh effort of its own (between high and max); 4.6 tops out at max.
+    ("claude-opus-4-7", None, "xhigh", 32768, {"thinking": {"type": "adaptive"}, "output_config": {"effort": "xhigh"}}),
+    ("claude-opus-4-6", None, "xhigh", 32768, {"thinking": {"type": "adaptive"}, "output_config": {"effort": "max"}}),
     ("mr.claude-opus-4.6", "anthropic-budget", "minimal", 32768,
      {"thinking": {"type": "enabled", "budget_tokens": 1024}}),
 ]
@@ -689,7 +691,7 @@ GEMINI_REASONING = [
     ("gemini-2.5-flash", None, "none", {"thinkingBudget": 0}),
     ("gemini-2.5-pro", None, "xhigh", {"thinkingBudget": 16384, "includeThoughts": True}),
     ("gemini-3.1-pro-preview", None, "high", {"thinkingLevel": "high", "includeThoughts": True}),
-    ("gemini-3.1-pro-preview", None, "xhigh", {"thinkingLevel": "high", "includeThoughts": True}),
+    ("gemini-3-flash", None, "xhigh", {"thinkingLevel": "high", "includeThoughts": True}),
     ("gemini-3-flash", None, "none", {"thinkingLevel": "minimal"}),
     ("gemini-2.5-pro", "gemini-level", "low", {"thinkingLevel": "low", "includeThoughts": True}),
 ]

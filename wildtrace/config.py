@@ -87,6 +87,11 @@ class ModelConfig(EndpointConfig):
     caps: CapsConfig = field(default_factory=CapsConfig)
     #: Long answers from reasoning models on million-character prompts stay silent for minutes.
     timeout_s: float = 900.0
+    #: The provider's documented output-token limit (null = not documented/checked); the spec's
+    #: budget is still sent, and a run whose budget exceeds it warns (config_check.output_limit_warning).
+    max_output_tokens: Optional[int] = None
+    #: Where that limit is documented (named in the warning).
+    max_output_tokens_source: Optional[str] = None
 
 
 @dataclass
@@ -247,7 +252,7 @@ def _check_endpoint(prefix: str, e: EndpointConfig) -> None:
     if not e.base_url.startswith(("http://", "https://")):
         raise ConfigError(f"{prefix}.base_url must start with http:// or https://, got {e.base_url!r}")
     try:
-        check_reasoning(e.provider, e.reasoning_format, None)
+        check_reasoning(e.provider, e.reasoning_format, None, e.route)
     except ValueError as exc:
         raise ConfigError(f"{prefix}.reasoning_format: {exc}") from None
 
@@ -285,6 +290,8 @@ def validate(cfg: WildtraceConfig) -> WildtraceConfig:
         raise ConfigError("model.caps.en and model.caps.cjk must be positive character counts")
     if cfg.decoding.max_tokens is not None and cfg.decoding.max_tokens < 1:
         raise ConfigError(f"decoding.max_tokens must be positive or null, got {cfg.decoding.max_tokens}")
+    if cfg.model.max_output_tokens is not None and cfg.model.max_output_tokens < 1:
+        raise ConfigError(f"model.max_output_tokens must be positive or null, got {cfg.model.max_output_tokens}")
     if cfg.judge_panel.max_tokens < 1:
         raise ConfigError(f"judge_panel.max_tokens must be positive, got {cfg.judge_panel.max_tokens}")
     for key, judge in cfg.judge_panel.judges.items():
@@ -300,8 +307,9 @@ def validate(cfg: WildtraceConfig) -> WildtraceConfig:
         raise ConfigError("stage=judge needs responses=PATH (a responses.json, or a JSON list of rows)")
     if cfg.decoding.replicate < 0 or cfg.judge_panel.replicate < 0:
         raise ConfigError("decoding.replicate and judge_panel.replicate must be >= 0")
-    try:
-        check_reasoning(cfg.model.provider, None, cfg.decoding.reasoning_effort)
+    try:  # also the model family's own limits (Gemini 2.5 Pro cannot think "none", …): before any request
+        check_reasoning(cfg.model.provider, None, cfg.decoding.reasoning_effort,
+                        cfg.model.route if cfg.stage != "judge" else None)
     except ValueError as exc:
         raise ConfigError(f"decoding.reasoning_effort: {exc}") from None
     if cfg.stage != "judge" and cfg.model.send_temperature:

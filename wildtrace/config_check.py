@@ -149,6 +149,24 @@ def contestant_judge_warning(settings: WildtraceConfig) -> list[tuple[str, str]]
     return out
 
 
+def output_limit_warning(settings: WildtraceConfig) -> list[tuple[str, str]]:
+    """The budget sent exceeds the model's documented output limit (``model.max_output_tokens``).
+
+    The spec's budget (§2) is still what is sent: the warning says the provider may cap the
+    answer there or reject the request, with the limit and where it is documented."""
+    model = settings.model
+    budget = effective_max_tokens(model, settings.decoding)
+    limit = model.max_output_tokens
+    if settings.stage == "judge" or limit is None or budget <= limit:
+        return []
+    source = model.max_output_tokens_source or "source not recorded"
+    return [("output_limit",
+             f"model {model.name} documents an output limit of {limit} tokens ({source}); the run sends "
+             f"{model.budget_field}={budget} as the spec (§2) asks: the provider may cap answers at {limit} "
+             "or reject the request")]
+
+
 def spec_warnings(settings: WildtraceConfig) -> list[tuple[str, str]]:
-    """Every spec warning for a run, as (code, message): ``reasoning_budget``, ``judge_is_contestant``."""
-    return budget_warning(settings) + contestant_judge_warning(settings)
+    """Every spec warning for a run, as (code, message): ``reasoning_budget``, ``judge_is_contestant``,
+    ``output_limit``."""
+    return budget_warning(settings) + contestant_judge_warning(settings) + output_limit_warning(settings)

@@ -65,11 +65,11 @@ class AnthropicProvider(Provider):
 
     def _reasoning(self, sampling: Sampling) -> dict[str, Any]:
         level = sampling.reasoning_effort
-        check_reasoning(self.name, self.spec.reasoning_format, level)
+        check_reasoning(self.name, self.spec.reasoning_format, level, self.spec.route)
         if level is None:
             return {}
         fmt = self.spec.reasoning_format or anthropic_format(self.spec.route)
-        return anthropic_fields(fmt, level, sampling.max_tokens)
+        return anthropic_fields(fmt, level, sampling.max_tokens, self.spec.route)
 
     def stream_request(self, request: WireRequest) -> WireRequest:
         """``stream: true``."""

@@ -8,6 +8,7 @@ through the one parser (``parse_response``), so the cache stores one shape.
 from __future__ import annotations
 
 import json
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -52,6 +53,83 @@ FORMATS_BY_PROVIDER: dict[str, tuple[str, ...]] = {
 #: Thinking-token budgets for the formats that take a number (Anthropic, Qwen, Gemini 2.5).
 #: Anthropic needs >= 1024; Gemini 2.5 Pro takes 128..32768 (it cannot switch thinking off).
 THINKING_BUDGETS: dict[str, int] = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384, "xhigh": 32768}
+
+
+@dataclass(frozen=True)
+class Family:
+    """A model family whose reasoning controls are narrower than its wire format's.
+
+    ``levels``: the ``decoding.reasoning_effort`` values it can take (None = any);
+    ``formats``: the ``reasoning_format`` values that can reach it (None = any)."""
+
+    name: str
+    pattern: re.Pattern[str]
+    levels: tuple[str, ...] | None
+    source: str
+    formats: tuple[str, ...] | None = None
+
+
+#: Families matched on the route (a provider path, a gateway prefix or a date suffix around it
+#: changes nothing: the model is the same), first match wins. Each entry's source is the
+#: provider's page or the provider's own error text as reported in public bug trackers.
+FAMILIES: tuple[Family, ...] = (
+    # ai.google.dev/gemini-api/docs/thinking: 2.5 Pro takes thinkingBudget 128..32768 and
+    # "cannot turn off thinking" (0 is rejected); our budgets for minimal..xhigh are 1024..32768.
+    Family("Gemini 2.5 Pro", re.compile(r"gemini-2\.5-pro(?![\w.-]*(?:flash|lite))"),
+           ("minimal", "low", "medium", "high", "xhigh"),
+           "ai.google.dev/gemini-api/docs/thinking: thinkingBudget 128-32768, thinking cannot be turned off"),
+    # Gemini 3.1 Pro: thinkingLevel low/medium/high; minimal is not supported and thinking cannot
+    # be turned off (ai.google.dev/gemini-api/docs/thinking; also docs.rs adk-model ThinkingLevel:
+    # "Minimal ... Not supported on Gemini 3.1 Pro").
+    Family("Gemini 3.1 Pro", re.compile(r"gemini-3\.1-pro"), ("low", "medium", "high"),
+           "ai.google.dev/gemini-api/docs/thinking: thinkingLevel low, medium or high; thinking cannot be turned off"),
+    # Gemini 3 Pro: low/high only (ai.google.dev/gemini-api/docs/thinking; gemini_ex ThinkingLevel docs).
+    Family("Gemini 3 Pro", re.compile(r"gemini-3-pro"), ("low", "high"),
+           "ai.google.dev/gemini-api/docs/thinking: thinkingLevel low or high; thinking cannot be turned off"),
+    # OpenAI's own 400: "Unsupported value: 'minimal' is not supported with the 'gpt-5.1' model.
+    # Supported values are: 'none', 'low', 'medium', and 'high'." (github.com/anomalyco/opencode/issues/4451)
+    Family("GPT-5.1", re.compile(r"gpt-5\.1(?![\d])(?!-codex)"), ("none", "low", "medium", "high"),
+           "OpenAI: \"Supported values are: 'none', 'low', 'medium', and 'high'\" for gpt-5.1"),
+    # gpt-5.2: "Supported values are: 'none', 'low', 'medium', 'high', and 'xhigh'"
+    # (github.com/CherryHQ/cherry-studio/issues/11864). 5.5: "reasoning effort levels (none, low, medium,
+    # high, xhigh)" (docs.oxen.ai GPT 5.5 page); 5.4: bolna-ai/bolna#852 lists it without minimal. Not
+    # confirmed on OpenAI's own pages.
+    Family("GPT-5.2+", re.compile(r"gpt-5\.(?:[2-9]|\d\d)(?![\d])(?!-codex)"),
+           ("none", "low", "medium", "high", "xhigh"),
+           "OpenAI: \"Supported values are: 'none', 'low', 'medium', 'high', and 'xhigh'\" for gpt-5.2"),
+    # Claude Opus 4.7 removed extended-thinking budgets: adaptive thinking only
+    # (platform.claude.com migration guide for Opus 4.7; apidog.com/blog/claude-opus-4-7-api).
+    Family("Claude Opus 4.7+", re.compile(r"claude-opus-(?:4[-.](?:[7-9]|\d\d)|[5-9])(?!\d)"), None,
+           "platform.claude.com: Opus 4.7 takes adaptive thinking only (no budget_tokens)",
+           formats=("anthropic-adaptive", "none")),
+)
+
+#: Claude Opus 4.7 and later have an ``xhigh`` effort of their own, between high and max.
+CLAUDE_XHIGH = FAMILIES[-1].pattern
+
+
+def family_of(route: str) -> Family | None:
+    """The family a route belongs to, or None when its controls are the wire format's own."""
+    ident = route.strip().lower()
+    for family in FAMILIES:
+        if family.pattern.search(ident):
+            return family
+    return None
+
+
+def family_error(route: str, reasoning_format: str | None, level: str | None) -> str | None:
+    """Why a reasoning setting cannot reach this model (naming the key and the allowed values), else None."""
+    family = family_of(route)
+    if family is None:
+        return None
+    if family.levels is not None and level is not None and level not in family.levels:
+        return (f"reasoning_effort={level!r} is not possible on {family.name} (route {route}): "
+                f"choose from {', '.join(family.levels)} ({family.source})")
+    if family.formats is not None and reasoning_format is not None and reasoning_format not in family.formats:
+        return (f"reasoning_format={reasoning_format!r} is not possible on {family.name} (route {route}): "
+                f"choose from {', '.join(family.formats)} ({family.source})")
+    return None
+
 
 #: Error ``type`` / ``code`` strings (OpenAI, Anthropic, gateways) -> the HTTP status they stand for.
 ERROR_TYPE_STATUS: dict[str, int] = {
@@ -262,6 +340,19 @@ class Provider(ABC):
         body = {k: v for k, v in request.body.items() if k != "temperature"}
         return WireRequest(url=request.url, body=body, headers=dict(request.headers))
 
+    def temperature_sent(self, request: WireRequest) -> bool | str:
+        """What the record says of temperature: True (sent), False (not sent), or ``"ignored"``
+        where the provider documents that it takes the field and ignores it (dialects override)."""
+        return self.without_temperature(request).body != request.body
+
+    def failure_status(self, payload: Any) -> int | None:
+        """The HTTP status a 2xx body stands for when it is an error in disguise, else None.
+
+        Some vendors answer a failure with 200: GLM ends a faulted generation with
+        ``finish_reason: "network_error"``, MiniMax puts its error code in ``base_resp``.
+        The HTTP layer then treats the attempt as that status (retry, quota, fail)."""
+        return None
+
     @abstractmethod
     def auth_headers(self, api_key: str) -> dict[str, str]:
         """Headers that carry the key (kept apart so the key never enters a cache key or log)."""
@@ -292,16 +383,20 @@ class Provider(ABC):
         return str(payload)[:2000]
 
 
-def check_reasoning(provider: str, reasoning_format: str | None, level: str | None) -> None:
-    """Raise ValueError (naming the choices) for an unknown level or a format the wire format lacks."""
+def check_reasoning(provider: str, reasoning_format: str | None, level: str | None, route: str | None = None) -> None:
+    """Raise ValueError (naming the choices) for an unknown level, a format the wire format lacks,
+    or (given the route) a level or format the model family cannot take (``family_error``)."""
     if level is not None and level not in REASONING_LEVELS:
         raise ValueError(f"unknown reasoning_effort {level!r} (choose from {', '.join(REASONING_LEVELS)})")
-    if reasoning_format is None:
-        return
-    allowed = FORMATS_BY_PROVIDER.get(provider, ())
-    if reasoning_format not in allowed:
-        raise ValueError(f"reasoning_format {reasoning_format!r} does not apply to provider {provider!r} "
-                         f"(choose from {', '.join(allowed) or 'none'})")
+    if reasoning_format is not None:
+        allowed = FORMATS_BY_PROVIDER.get(provider, ())
+        if reasoning_format not in allowed:
+            raise ValueError(f"reasoning_format {reasoning_format!r} does not apply to provider {provider!r} "
+                             f"(choose from {', '.join(allowed) or 'none'})")
+    if route is not None:
+        problem = family_error(route, reasoning_format, level)
+        if problem is not None:
+            raise ValueError(problem)
 
 
 def error_status(error: Any, default: int = 500) -> int:

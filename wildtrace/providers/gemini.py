@@ -27,6 +27,21 @@ PLAIN_METHOD = ":generateContent"
 STREAM_METHOD = ":streamGenerateContent?alt=sse"
 
 
+def gemini_usage(meta: Mapping[str, Any]) -> Usage:
+    """Token counts from ``usageMetadata``, counted as the other providers count them.
+
+    ``candidatesTokenCount`` excludes thinking: ``thoughtsTokenCount`` is a bucket of its own
+    (``totalTokenCount`` is "the sum of prompt_token_count, candidates_token_count,
+    tool_use_prompt_token_count, and thoughts_token_count": the google-genai UsageMetadata
+    reference, quoted in github.com/microsoft/agent-framework-go/pull/551). Completion tokens
+    are therefore candidates + thoughts (OpenAI's completion_tokens include reasoning too), and
+    the thoughts are also the reasoning tokens."""
+    candidates, thoughts = as_int(meta.get("candidatesTokenCount")), as_int(meta.get("thoughtsTokenCount"))
+    completion = None if candidates is None and thoughts is None else (candidates or 0) + (thoughts or 0)
+    return Usage(prompt_tokens=as_int(meta.get("promptTokenCount")), completion_tokens=completion,
+                 reasoning_tokens=thoughts)
+
+
 class GeminiProvider(Provider):
     """POST {base_url}/v1beta/models/{route}:generateContent with x-goog-api-key."""
 
@@ -47,7 +62,7 @@ class GeminiProvider(Provider):
 
     def _reasoning(self, sampling: Sampling) -> dict[str, Any] | None:
         level = sampling.reasoning_effort
-        check_reasoning(self.name, self.spec.reasoning_format, level)
+        check_reasoning(self.name, self.spec.reasoning_format, level, self.spec.route)
         if level is None:
             return None
         fmt = self.spec.reasoning_format or gemini_format(self.spec.route)
@@ -81,12 +96,7 @@ class GeminiProvider(Provider):
         reason or SAFETY-like finish is a refusal; ``modelVersion`` is the served model."""
         if not isinstance(payload, Mapping):
             raise ValueError("response is not a JSON object")
-        meta = payload.get("usageMetadata") or {}
-        usage = Usage(
-            prompt_tokens=as_int(meta.get("promptTokenCount")),
-            completion_tokens=as_int(meta.get("candidatesTokenCount")),
-            reasoning_tokens=as_int(meta.get("thoughtsTokenCount")),
-        )
+        usage = gemini_usage(payload.get("usageMetadata") or {})
         served = as_str(payload.get("modelVersion"))
         blocked = (payload.get("promptFeedback") or {}).get("blockReason")
         candidates = payload.get("candidates") or []

@@ -26,6 +26,19 @@ from wildtrace.providers.sse import SSEEvent
 #: first; OpenRouter, some vLLM builds: the second).
 REASONING_KEYS = ("reasoning_content", "reasoning")
 DONE = "[DONE]"
+#: finish_reason values that mean the provider's filter withheld the answer: OpenAI's
+#: ``content_filter``; GLM's ``sensitive`` ("内容被安全审核接口拦截", docs.bigmodel.cn, 对话补全).
+BLOCKED_FINISH = frozenset({"content_filter", "sensitive"})
+#: GLM's ``network_error``: "模型推理异常" (a fault in inference, docs.bigmodel.cn): not an answer, retried.
+FAULT_FINISH = "network_error"
+#: The status a faulted 2xx generation is treated as (transient: retried with backoff).
+FAULT_STATUS = 503
+#: MiniMax ``base_resp.status_code`` -> the HTTP status it stands for. 1000 unknown error, 1001
+#: timeout, 1002 rate limit ("please retry later") and 1004 not authorized: platform.minimax.io/docs/
+#: api-reference/errorcode. 1008 "insufficient balance": github.com/MiniMax-AI/MiniMax-M2/issues/62.
+#: 1026 "input new_sensitive" (input flagged: github.com/esengine/DeepSeek-Reasonix/issues/6818) is
+#: final: the same prompt is flagged again. Any other code is taken as a 500 (retried). 0 is success.
+MINIMAX_STATUS = {1000: 500, 1001: 504, 1002: 429, 1004: 401, 1008: 402, 1026: 400}
 
 
 def _text_of(content: Any) -> str | None:
@@ -53,6 +66,26 @@ def _reasoning_of(message: Mapping[str, Any]) -> str | None:
     return _details_text(message.get("reasoning_details"))
 
 
+def _thinking_disabled(body: Mapping[str, Any]) -> bool:
+    """The request turns thinking off (``thinking: {type: disabled}``)."""
+    thinking = body.get("thinking")
+    return isinstance(thinking, Mapping) and thinking.get("type") == "disabled"
+
+
+def _choice_usage(choices: list[Any]) -> Mapping[str, Any] | None:
+    """Usage inside ``choices[0]`` (Moonshot's place for it), when the body has none at the top."""
+    first = choices[0] if choices else None
+    usage = first.get("usage") if isinstance(first, Mapping) else None
+    return usage if isinstance(usage, Mapping) else None
+
+
+def _base_resp_code(payload: Any) -> int:
+    """MiniMax's ``base_resp.status_code`` (0 = success, also when absent or not a number)."""
+    base = payload.get("base_resp") if isinstance(payload, Mapping) else None
+    code = as_int(base.get("status_code")) if isinstance(base, Mapping) else None
+    return code or 0
+
+
 class OpenAIProvider(Provider):
     """POST {base_url}/chat/completions with a bearer token."""
 
@@ -71,7 +104,7 @@ class OpenAIProvider(Provider):
 
     def _reasoning(self, sampling: Sampling) -> dict[str, Any]:
         level = sampling.reasoning_effort
-        check_reasoning(self.name, self.spec.reasoning_format, level)
+        check_reasoning(self.name, self.spec.reasoning_format, level, self.spec.route)
         if level is None:
             return {}
         return openai_fields(self.spec.reasoning_format or "openai", level, sampling.max_tokens)
@@ -89,12 +122,41 @@ class OpenAIProvider(Provider):
         """Bearer token."""
         return {"Authorization": f"Bearer {api_key}"}
 
+    def temperature_sent(self, request: WireRequest) -> bool | str:
+        """DeepSeek in thinking mode takes temperature and ignores it ("Thinking mode does not support
+        the temperature … setting these parameters will not trigger an error but will also not take
+        effect"; thinking is on unless disabled: api-docs.deepseek.com/guides/thinking_mode)."""
+        sent = super().temperature_sent(request)
+        if sent and self.spec.reasoning_format == "deepseek" and not _thinking_disabled(request.body):
+            return "ignored"
+        return sent
+
+    def failure_status(self, payload: Any) -> int | None:
+        """GLM's ``finish_reason: network_error`` (transient), MiniMax's non-zero ``base_resp`` code."""
+        base = _base_resp_code(payload)
+        if base:
+            return MINIMAX_STATUS.get(base, 500)
+        if isinstance(payload, Mapping) and isinstance(payload.get("choices"), list) and payload["choices"]:
+            first = payload["choices"][0]
+            if isinstance(first, Mapping) and first.get("finish_reason") == FAULT_FINISH:
+                return FAULT_STATUS
+        return None
+
+    def error_message(self, payload: Any) -> str:
+        """MiniMax's ``base_resp.status_msg`` (with its code), GLM's faulted finish, else the usual."""
+        code = _base_resp_code(payload)
+        if code:
+            return f"{payload['base_resp'].get('status_msg') or 'error'} (base_resp.status_code {code})"
+        if self.failure_status(payload) == FAULT_STATUS:
+            return f"finish_reason={FAULT_FINISH} (the provider's inference faulted)"
+        return super().error_message(payload)
+
     def _parse(self, payload: Any) -> Completion:
         """``choices[0].message``: content (a leading ``<think>`` block split off), reasoning,
         refusal, finish_reason; usage with reasoning tokens; the served ``model``."""
         if not isinstance(payload, Mapping) or not isinstance(payload.get("choices"), list):
             raise ValueError("response has no 'choices' list")
-        usage = payload.get("usage") or {}
+        usage = payload.get("usage") or _choice_usage(payload["choices"]) or {}
         details = usage.get("completion_tokens_details") or {}
         counts = Usage(
             prompt_tokens=as_int(usage.get("prompt_tokens")),
@@ -108,8 +170,8 @@ class OpenAIProvider(Provider):
         message = choice.get("message") or {}
         finish = choice.get("finish_reason")
         refusal = message.get("refusal")
-        if not refusal and finish == "content_filter":
-            refusal = "finish_reason=content_filter"
+        if not refusal and finish in BLOCKED_FINISH:
+            refusal = f"finish_reason={finish}"
         inline, text = split_think(_text_of(message.get("content")))
         return Completion(text=text, finish_reason=finish, usage=counts, refusal=refusal or None,
                           reasoning=join_reasoning(_reasoning_of(message), inline), served_model=served)
@@ -127,6 +189,7 @@ class OpenAIStreamReader(StreamReader):
         super().__init__()
         self.head: dict[str, Any] = {}  # id, created, model, system_fingerprint: the last seen
         self.usage: Any = None
+        self.usage_on_top = False  # a top-level usage was seen (it wins over a per-choice one)
         self.finish_reason: str | None = None
         self.role = "assistant"
         self.fields: dict[str, list[str]] = {}  # content, refusal, reasoning_content, reasoning -> pieces
@@ -155,6 +218,7 @@ class OpenAIStreamReader(StreamReader):
                 self.head[key] = chunk[key]
         if chunk.get("usage"):
             self.usage = chunk["usage"]
+            self.usage_on_top = True
         for choice in chunk.get("choices") or []:
             if isinstance(choice, Mapping) and choice.get("index", 0) == 0:
                 self._choice(choice)
@@ -162,6 +226,11 @@ class OpenAIStreamReader(StreamReader):
     def _choice(self, choice: Mapping[str, Any]) -> None:
         if choice.get("finish_reason"):
             self.finish_reason = choice["finish_reason"]
+        # Moonshot (Kimi) sends the stream's usage inside the final chunk's choices[0].usage, not
+        # at the top (github.com/higress-group/higress/pull/1568, northes/go-moonshot#17 quote the
+        # chunk; earendil-works/pi#2017). A top-level usage, where one comes, wins.
+        if isinstance(choice.get("usage"), Mapping) and choice["usage"] and not self.usage_on_top:
+            self.usage = choice["usage"]
         delta = choice.get("delta")
         if not isinstance(delta, Mapping):
             return

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from wildtrace.providers.base import THINKING_BUDGETS
+from wildtrace.providers.base import CLAUDE_XHIGH, THINKING_BUDGETS
 
 _THINK_OPEN = "<think>"
 _THINK_CLOSE = "</think>"
@@ -90,12 +90,16 @@ def openai_fields(fmt: str, level: str, max_tokens: int) -> dict[str, Any]:
     return {}
 
 
-def anthropic_fields(fmt: str, level: str, max_tokens: int) -> dict[str, Any]:
-    """Body fields for a level on the Messages API; none sends no thinking (the API's default)."""
+def anthropic_fields(fmt: str, level: str, max_tokens: int, route: str = "") -> dict[str, Any]:
+    """Body fields for a level on the Messages API; none sends no thinking (the API's default).
+
+    ``xhigh`` is Opus 4.7+'s own effort (between high and max: vercel.com/ai-gateway/models/
+    claude-opus-4.7, Anthropic's "What's new in Claude Opus 4.7"); earlier adaptive models top out at max."""
     if level == "none" or fmt == "none":
         return {}
     if fmt == "anthropic-adaptive":
-        effort = {"minimal": "low", "xhigh": "max"}.get(level, level)
+        top = "xhigh" if CLAUDE_XHIGH.search(route.lower()) else "max"
+        effort = {"minimal": "low", "xhigh": top}.get(level, level)
         return {"thinking": {"type": "adaptive"}, "output_config": {"effort": effort}}
     budget = thinking_budget(level, max_tokens, 1024)
     if budget >= max_tokens:

@@ -288,7 +288,7 @@ class Endpoint:
         """What every outcome gets before it is recorded: temperature sent, the served model, redaction."""
         if result.served_model:
             self.served_models[result.served_model] = self.served_models.get(result.served_model, 0) + 1
-        result = replace(result, temperature_sent=self._has_temperature(request))
+        result = replace(result, temperature_sent=self.provider.temperature_sent(request))
         if result.ok:
             return result
         return replace(result, error=redact(result.error), raw=redact(result.raw))
@@ -317,7 +317,7 @@ class Endpoint:
             if attempt.too_large:
                 return failed(R.RESPONSE_TOO_LARGE, f"response body larger than {self.max_response_bytes} bytes "
                               "(max_response_mb); not kept", attempt_no, attempt)
-            if attempt.status == 400 and self._has_temperature(request) \
+            if attempt.status in (400, 422) and self._has_temperature(request) \
                     and temperature_rejected(attempt.status, attempt.payload):
                 if not self.temperature_dropped:  # calls in flight meanwhile were rejected too: warn once
                     self._drop_temperature(attempt)
@@ -346,7 +346,7 @@ class Endpoint:
         slot = await self._slots.get()
         attempt = Attempt(failure="transport_error: not sent")
         try:
-            attempt = await self._attempt(slot, wire, content)
+            attempt = self._undisguise(await self._attempt(slot, wire, content))
         finally:
             self._slots.put_nowait(slot)
             self.limit.release(attempt.status, attempt.headers, attempt.payload)
@@ -420,6 +420,15 @@ class Endpoint:
             return Attempt(status, headers, {"malformed_stream": str(exc)[:2000]})
 
     # ------------------------------------------------------------------ helpers
+
+    def _undisguise(self, attempt: Attempt) -> Attempt:
+        """A 2xx whose body is an error in disguise (GLM's network_error, MiniMax's base_resp code)
+        counts as the status it stands for, so the retry rule and the quota latch see it."""
+        if attempt.success:
+            status = self.provider.failure_status(attempt.payload)
+            if status is not None:
+                attempt.status = status
+        return attempt
 
     def _has_temperature(self, request: WireRequest) -> bool:
         return self.provider.without_temperature(request).body != request.body

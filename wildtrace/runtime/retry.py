@@ -58,7 +58,22 @@ QUOTA_MARKERS = (
     "extra usage is required",
     "insufficient balance",
     "arrearage",
+    "余额不足",  # Zhipu: "余额不足或无可用资源包,请充值。" (insufficient balance or no resource package)
+    "您的账户已欠费",  # Zhipu's older 1113 wording: "您的账户已欠费，请充值后重试。" (github.com/langgenius/dify/issues/5850)
 )
+
+#: Vendor error codes for an empty balance, matched in the error object whatever the HTTP
+#: status (they come with 429 or even 500): Zhipu/Z.ai ``error.code`` "1113" (HTTP 429:
+#: dify#5850 above; zai-org/feedback#789 "[1113][Insufficient balance or no resource package.
+#: Please recharge.]"); MiniMax ``base_resp.status_code`` 1008 and ``error.type``
+#: ``insufficient_balance_error`` (HTTP 429: github.com/modelscope/modelscope/issues/1691).
+QUOTA_ERROR_CODES = frozenset({"1113"})
+QUOTA_ERROR_TYPES = frozenset({"insufficient_balance_error"})
+QUOTA_BASE_RESP_CODES = frozenset({1008})
+#: MiniMax's text with its code, answered as HTTP 500 {"type":"error","error":{"type":"api_error",
+#: "message":"insufficient balance (1008)"}} (github.com/MiniMax-AI/MiniMax-M2/issues/62): the code
+#: in the text is what makes a 500 a quota stop.
+QUOTA_CODED_TEXT = ("insufficient balance (1008)",)
 
 #: Gemini's per-day quotas (quotaId ``…PerDay…``, old-style "per day" limits) and a tier
 #: with no allowance at all ("limit: 0") only reset the next day, whatever RetryInfo says.
@@ -70,7 +85,10 @@ _GEMINI_DAILY = re.compile(r"perday|per day|per_day|limit: 0(?![\d.])")
 #: model."; Kimi: "invalid temperature: only 1 is allowed for this model" (0.6 for others);
 #: Anthropic: "`temperature` is deprecated for this model.", "`temperature` may only be set
 #: to 1 when thinking is enabled…", "temperature is not supported when thinking is enabled";
-#: Gemini (a field the route does not know): 'Unknown name "temperature"'.
+#: Gemini (a field the route does not know): 'Unknown name "temperature"'; LiteLLM's
+#: UnsupportedParamsError (litellm/llms/openai/chat/gpt_5_transformation.py and o_series_transformation.py):
+#: "gpt-5 models (including gpt-5-codex) don't support temperature=0.1. Only temperature=1 is
+#: supported. …" and "O-series models don't support temperature=0.1. …" (quotes removed: "dont").
 _TEMPERATURE_REJECTED = re.compile(
     r"unsupported (?:value|parameter): temperature"
     r"|temperature (?:is|does) not support"
@@ -78,6 +96,7 @@ _TEMPERATURE_REJECTED = re.compile(
     r"|temperature may only be set to"
     r"|invalid temperature: only"
     r"|unknown name temperature"
+    r"|(?:dont|do not) support temperature="
 )
 _QUOTES = str.maketrans("", "", "`'\"\\")
 
@@ -270,9 +289,23 @@ def error_text(payload: Any, budget: int = TEXT_BUDGET) -> str:
 # --------------------------------------------------------------------------------------
 
 
+def vendor_quota(payload: Any) -> bool:
+    """An empty balance said by a vendor's own error code (Zhipu 1113, MiniMax 1008), at any status."""
+    for error in _error_objects(payload):
+        if str(error.get("code")) in QUOTA_ERROR_CODES or error.get("type") in QUOTA_ERROR_TYPES:
+            return True
+    base = payload.get("base_resp") if isinstance(payload, Mapping) else None
+    if isinstance(base, Mapping) and base.get("status_code") in QUOTA_BASE_RESP_CODES:
+        return True
+    text = error_text(payload)
+    return any(marker in text for marker in QUOTA_CODED_TEXT)
+
+
 def is_quota(status: int | None, payload: Any) -> bool:
     """A quota, spend-limit or billing refusal: no retry within a run will get through."""
     if status == 402:  # Payment Required: DeepSeek's balance, Anthropic's billing_error
+        return True
+    if status is not None and 400 <= status < 600 and vendor_quota(payload):
         return True
     if status not in (400, 403, 429):
         return False
