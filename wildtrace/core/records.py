@@ -99,7 +99,7 @@ class CallResult:
     served_model: str | None = None  # the model the response names
     cached: bool = False  # served from the outcome cache (started_at / latency_s are then this run's look-up)
     original_latency_s: float | None = None  # when cached: the paid call's latency
-    temperature_sent: bool | None = None  # False when the endpoint rejected temperature and it was omitted
+    temperature_sent: bool | str | None = None  # False: rejected and omitted; "ignored": sent, documented as ignored
     notes: tuple[str, ...] = ()  # what the harness changed on the way (non-finite numbers nulled, …)
 
 
@@ -127,7 +127,7 @@ class AnswerRecord:
     served_model: str | None = None  # the model the response says answered
     cached: bool = False  # served from the outcome cache in this run
     original_latency_s: float | None = None  # when cached: the paid call's latency
-    temperature_sent: bool | None = None  # False when the endpoint rejected temperature and it was omitted
+    temperature_sent: bool | str | None = None  # False: rejected and omitted; "ignored": sent, documented as ignored
     notes: list[str] = field(default_factory=list)  # what the harness changed on the way
 
     def to_dict(self) -> dict:
@@ -160,7 +160,7 @@ class JudgmentRecord:
     served_model: str | None = None  # the model the response says answered
     cached: bool = False  # served from the outcome cache in this run
     original_latency_s: float | None = None  # when cached: the paid call's latency
-    temperature_sent: bool | None = None  # False when the endpoint rejected temperature and it was omitted
+    temperature_sent: bool | str | None = None  # False: rejected and omitted; "ignored": sent, documented as ignored
     notes: list[str] = field(default_factory=list)  # what the harness changed on the way
 
     def to_dict(self) -> dict:

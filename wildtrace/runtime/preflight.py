@@ -48,9 +48,11 @@ class Check:
     message: str  #: the provider's message on failure, or the reply's first words
 
 
-def _temperature(spec: EndpointSpec, sampling: Sampling, sent: bool | None) -> str:
+def _temperature(spec: EndpointSpec, sampling: Sampling, sent: bool | str | None) -> str:
     if not spec.send_temperature or sampling.temperature is None:
         return "not sent"
+    if sent == "ignored":
+        return "ignored (documented)"
     return "accepted" if sent else "rejected (omitted)"
 
 

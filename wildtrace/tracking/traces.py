@@ -94,7 +94,8 @@ def call_attributes(row: Mapping, model: str | None) -> dict[str, Any]:
     if row.get("cached"):
         attrs["wildtrace.original_latency_s"] = row.get("original_latency_s")
     if row.get("temperature_sent") is not None:
-        attrs["wildtrace.temperature_sent"] = bool(row["temperature_sent"])
+        sent = row["temperature_sent"]  # True, False, or "ignored" (sent; the provider documents it ignores it)
+        attrs["wildtrace.temperature_sent"] = sent if isinstance(sent, str) else bool(sent)
     if model:
         attrs[MODEL_ATTR] = str(model)
     usage = token_usage(row.get("usage"))
