@@ -159,7 +159,7 @@ def served_model_warnings(endpoints: dict[str, Endpoint],
                           rules: dict[str, served.ServedPolicy] | None = None) -> list[tuple[str, str]]:
     """(code, message) for each endpoint whose responses name a model its served_model rule does not accept."""
     rules = rules if rules is not None else {label: served.ServedPolicy(served.default_pattern(
-        e.provider.spec.route), "warn") for label, e in endpoints.items()}
+        e.provider.spec.route), "warn", route=e.provider.spec.route) for label, e in endpoints.items()}
     return served.warnings(rules, {label: e.served_models for label, e in endpoints.items()},
                            {label: e.provider.spec.route for label, e in endpoints.items()})
 

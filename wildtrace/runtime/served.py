@@ -51,6 +51,13 @@ class ServedPolicy:
     expect: str  #: a regular expression, matched in full, case-insensitive
     on_mismatch: str  #: "warn" or "fail"
     derived: bool = True  #: the pattern was derived from the route (not configured)
+    route: str = ""  #: the route it was derived from (for messages)
+
+    def expected(self) -> str:
+        """What the rule accepts, in words: the route, or the configured pattern."""
+        if self.derived and self.route:
+            return f"route {self.route!r} (a release suffix or provider path aside)"
+        return f"served_model.expect {self.expect!r}"
 
     def matches(self, served: str) -> bool:
         """Whether ``served`` is the configured model."""
@@ -77,14 +84,14 @@ def policy_of(key: str, endpoint: EndpointConfig, judge: bool) -> ServedPolicy:
         raise ConfigError(f"{key}.served_model.on_mismatch must be one of {', '.join(ON_MISMATCH)}, "
                           f"got {rule.on_mismatch!r}")
     if rule.expect is None:
-        return ServedPolicy(default_pattern(endpoint.route), on_mismatch)
+        return ServedPolicy(default_pattern(endpoint.route), on_mismatch, route=endpoint.route)
     if not rule.expect.strip():
         raise ConfigError(f"{key}.served_model.expect is empty: give a regular expression, or null for the route")
     try:
         re.compile(rule.expect)
     except re.error as exc:
         raise ConfigError(f"{key}.served_model.expect is not a regular expression ({exc}): {rule.expect!r}") from None
-    return ServedPolicy(rule.expect, on_mismatch, derived=False)
+    return ServedPolicy(rule.expect, on_mismatch, derived=False, route=endpoint.route)
 
 
 def policies(cfg: WildtraceConfig) -> dict[str, ServedPolicy]:
@@ -104,7 +111,7 @@ def enforce(policy: ServedPolicy | None, result: CallResult) -> CallResult:
     if policy is None or not served or policy.matches(served):
         return result
     shown = served[:MAX_SERVED_CHARS]
-    why = f"served by {shown!r}, which does not match served_model.expect {policy.expect!r}"
+    why = f"served by {shown!r}, not the {policy.expected()}"
     if policy.on_mismatch == "warn":
         return replace(result, notes=result.notes + (f"{MISMATCH} (warned): {why}",))
     if not result.ok and result.reason != R.EMPTY_OUTPUT and result.reason != R.REFUSAL:
@@ -129,9 +136,9 @@ def warnings(rules: dict[str, ServedPolicy], served: dict[str, dict[str, int]],
         for name, n in sorted(mismatches(policy, counts).items()):
             assert policy is not None
             if policy.on_mismatch == "fail":
-                out.append((MISMATCH, f"{label}: asked for route {routes[label]!r}, {n} response(s) name {name!r} "
-                                      f"(served_model.expect {policy.expect!r}): those calls are unavailable, "
-                                      "not judgments (served_model.on_mismatch=fail)"))
+                out.append((MISMATCH, f"{label}: asked for route {routes[label]!r}, {n} response(s) name {name!r}, "
+                                      f"not the {policy.expected()}: those calls are unavailable, not used "
+                                      "(served_model.on_mismatch=fail)"))
             else:
                 out.append(("served_model", f"{label}: asked for route {routes[label]!r}, the responses name {name!r}"))
     return out
