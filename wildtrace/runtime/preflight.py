@@ -102,7 +102,7 @@ async def preflight(endpoints: list[tuple[EndpointSpec, str | None, Sampling]], 
     ``listed``: ``model_lists``' answers, in the same order (a route they lack is not called).
     """
     rules = rules or {}
-    status = listed or [None] * len(endpoints)
+    status: list[RouteStatus | None] = list(listed) if listed else [None] * len(endpoints)
     return list(await asyncio.gather(*(_one(spec, key, sampling, retry, rules.get(spec.label), st)
                                        for (spec, key, sampling), st in zip(endpoints, status))))
 

@@ -136,8 +136,8 @@ def warnings(rules: dict[str, ServedPolicy], served: dict[str, dict[str, int]],
         for name, n in sorted(mismatches(policy, counts).items()):
             assert policy is not None
             if policy.on_mismatch == "fail":
-                out.append((MISMATCH, f"{label}: {n} response(s) name {name!r}, not the {policy.expected()}: "
-                                      "those replies are not used (served_model.on_mismatch=fail)"))
+                out.append((MISMATCH, (f"{label}: {n} response(s) name {name!r}, not the {policy.expected()}: "
+                                       "those replies are not used (served_model.on_mismatch=fail)")))
             else:
                 out.append(("served_model", f"{label}: asked for route {routes[label]!r}, the responses name {name!r}"))
     return out
