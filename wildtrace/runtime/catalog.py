@@ -133,8 +133,9 @@ async def list_models(spec: EndpointSpec, key: str | None, transport: httpx.Asyn
                       max_pages: int = MAX_PAGES) -> Listing:
     """The endpoint's model list, every page up to ``max_pages``; never raises for what the server does."""
     proxy = proxy_for(spec.base_url)
+    # trust_env off: the proxy is the one a run's calls use (proxy_for), and no .netrc credentials are sent.
     client = httpx.AsyncClient(transport=transport, verify=_ssl_context(), proxy=None if transport else proxy,
-                               timeout=httpx.Timeout(TIMEOUT_S), follow_redirects=False)
+                               timeout=httpx.Timeout(TIMEOUT_S), follow_redirects=False, trust_env=False)
     listing = Listing(ids=[])
     token: str | None = None
     try:
