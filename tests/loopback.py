@@ -25,6 +25,7 @@ class Call:
     raw: bytes
     body: Any
     seen: int  # how many earlier requests had the same raw body (0 for the first)
+    method: str = "POST"  # GET for model lists; CONNECT when a client uses the server as its proxy
 
     @property
     def route(self) -> str | None:
@@ -125,7 +126,8 @@ class LoopbackServer:
                 except ValueError:
                     body = None
                 with outer._lock:
-                    call = Call(self.path, {k.lower(): v for k, v in self.headers.items()}, raw, body, outer._seen[raw])
+                    call = Call(self.path, {k.lower(): v for k, v in self.headers.items()}, raw, body, outer._seen[raw],
+                                self.command)
                     outer._seen[raw] += 1
                     outer.calls.append(call)
                     self._call = call
@@ -152,6 +154,9 @@ class LoopbackServer:
                 finally:
                     with outer._lock:
                         outer.in_flight -= 1
+
+            do_GET = do_POST  # noqa: N815 - the same scripted reply, recorded with its method
+            do_CONNECT = do_POST  # noqa: N815 - a client that took this server for its proxy
 
             def _send_chunks(self, reply: Reply) -> None:
                 self.send_response(reply.status)

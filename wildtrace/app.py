@@ -12,7 +12,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from wildtrace.config import ConfigError, WildtraceConfig, register, to_settings
-from wildtrace.config_check import check_known_keys, check_overrides
+from wildtrace.config_check import check_known_keys, check_overrides, check_retired
 from wildtrace.core.events import RunObserver
 
 if TYPE_CHECKING:
@@ -69,7 +69,9 @@ def prepare(dict_cfg: DictConfig, overrides: list[str] | None = None) -> Wildtra
     """The composed config as validated settings: unknown keys (also ``+key=`` additions) fail first."""
     check_overrides(overrides or [])
     check_known_keys(dict_cfg)
-    return to_settings(dict_cfg)
+    settings = to_settings(dict_cfg)
+    check_retired(settings, Path(CONF_DIR))  # docs/routes.md: a retired first-party route fails before any request
+    return settings
 
 
 def observer_for(settings: WildtraceConfig, parent_run_id: str | None = None) -> RunObserver:

@@ -2,9 +2,12 @@
 
 Takes the same overrides as a run (``model=…``, ``judge_panel=…``, ``access=gateway …``) and
 sends each endpoint of the run's stage one few-word prompt with the run's real settings.
-Prints a table (endpoint, route, the model that answered, status, latency, whether
-temperature was accepted, the provider's message) and exits 1 if any endpoint failed,
-2 on a config or key error.
+First, before any paid call, each endpoint's own model list is asked whether it holds the
+route (runtime/catalog.py; one line per endpoint): a route the list lacks, or lists as shut
+down, fails the check and is not called; an endpoint without a list says "no model list".
+Then prints a table (endpoint, route, the model that answered, status, latency, whether
+temperature was accepted, the provider's message) and exits 1 if any endpoint failed or
+was answered by a model its ``served_model`` rule refuses, 2 on a config or key error.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ register()
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
 def _check(dict_cfg: DictConfig) -> None:
-    from wildtrace.runtime.preflight import preflight, table
+    from wildtrace.runtime import served
+    from wildtrace.runtime.preflight import listing_lines, model_lists, preflight, table
     from wildtrace.runtime.retry import RetryPolicy
     from wildtrace.runtime.run import key_needs, samplings, stage_specs
     from wildtrace.runtime.secrets import MissingKeyError, install_log_filter, read_keys, redact
@@ -36,12 +40,17 @@ def _check(dict_cfg: DictConfig) -> None:
         answer, judge = samplings(cfg)
         specs = [(s, answer if s.label == "model" else judge) for s in stage_specs(cfg)]
         keys = read_keys(key_needs([s for s, _ in specs]))
+        rules = served.policies(cfg)
     except (ConfigError, MissingKeyError) as exc:
         print(f"wildtrace-check: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     retry = RetryPolicy(max_retries=min(cfg.retry.max_retries, 1), backoff_base_s=cfg.retry.backoff_base_s,
                         backoff_max_s=cfg.retry.backoff_max_s, retry_after_max_s=min(cfg.retry.retry_after_max_s, 10))
-    checks = asyncio.run(preflight([(s, keys.get(s.api_key_env or ""), sampling) for s, sampling in specs], retry))
+    listed = asyncio.run(model_lists([(s, keys.get(s.api_key_env or "")) for s, _ in specs]))
+    for line in listing_lines([s for s, _ in specs], listed):
+        print(redact(line), flush=True)
+    checks = asyncio.run(preflight([(s, keys.get(s.api_key_env or ""), sampling) for s, sampling in specs], retry,
+                                   rules, listed))
     print(redact(table(checks)))
     failed = [c.endpoint for c in checks if not c.ok]
     if failed:

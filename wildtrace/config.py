@@ -44,6 +44,44 @@ class CapsConfig:
 
 
 @dataclass
+class RetiredConfig:
+    """The paper's exact model is gone from the first-party API (docs/routes.md): refused before any request.
+
+    It applies while the endpoint's route is one of ``routes`` (dates and gateway prefixes
+    aside) and its base_url's host is one of ``hosts`` (the provider's own API): pointing
+    the endpoint at a gateway that still serves the model (``base_url=…``, access=gateway,
+    or the file's ``*_BASE_URL`` variable) or choosing another route runs it.
+    """
+
+    #: When the first-party API stopped serving it (YYYY-MM-DD, as the provider announced it).
+    date: str = MISSING
+    #: What the refusal says (the provider's notice, what the route answers now).
+    message: str = MISSING
+    #: The retired route ids.
+    routes: list[str] = field(default_factory=list)
+    #: The first-party API hosts where it is retired.
+    hosts: list[str] = field(default_factory=list)
+    #: Where it is still served ("host: route"), as far as read; empty when none was confirmed.
+    served_by: list[str] = field(default_factory=list)
+    #: The page(s) read, with the date read.
+    source: Optional[str] = None
+
+
+#: ``served_model.on_mismatch`` values.
+ON_MISMATCH = ("warn", "fail")
+
+
+@dataclass
+class ServedModelConfig:
+    """What the responses' served model must be (docs/routes.md); a judge served by another model is unavailable."""
+
+    #: A regular expression the served model must match in full (case aside); null = derived from the route.
+    expect: Optional[str] = None
+    #: warn | fail; null = fail for a judge, warn for the model.
+    on_mismatch: Optional[str] = None
+
+
+@dataclass
 class EndpointConfig:
     """What every endpoint has. ``api_key_env`` is the NAME of the env var, never the key."""
 
@@ -73,6 +111,10 @@ class EndpointConfig:
     max_call_s: float = 3600.0
     #: A mapping merged into every request body (provider-specific options).
     extra_body: dict[str, Any] = field(default_factory=dict)
+    #: Set when the paper's exact model is retired from the first-party API (refused there before any request).
+    retired: Optional[RetiredConfig] = None
+    #: The served-model rule: a response naming another model is warned about or refused.
+    served_model: ServedModelConfig = field(default_factory=ServedModelConfig)
 
 
 @dataclass

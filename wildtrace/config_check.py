@@ -16,11 +16,13 @@ import re
 import types
 import typing
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from wildtrace.config import REASONING_BUDGET, ConfigError, WildtraceConfig, effective_max_tokens
+from wildtrace.config import (REASONING_BUDGET, ConfigError, EndpointConfig, RetiredConfig, WildtraceConfig,
+                              effective_max_tokens)
 
 #: A key and the names that would have been valid where it stands.
 Unknown = tuple[str, tuple[str, ...]]
@@ -170,3 +172,64 @@ def spec_warnings(settings: WildtraceConfig) -> list[tuple[str, str]]:
     """Every spec warning for a run, as (code, message): ``reasoning_budget``, ``judge_is_contestant``,
     ``output_limit``."""
     return budget_warning(settings) + contestant_judge_warning(settings) + output_limit_warning(settings)
+
+
+# ---------------------------------------------------------------------------------------------
+# Retired routes (docs/routes.md): the paper's exact model is gone from the first-party API
+
+def _host(url: str) -> str:
+    """The lower-case host of a base URL ("" when it has none)."""
+    from urllib.parse import urlsplit
+
+    return (urlsplit(url).hostname or "").lower()
+
+
+def _conf_retirements(conf_dir: Path) -> list[tuple[str, RetiredConfig]]:
+    """(file, block) for every ``retired:`` block in conf/model/*.yaml and conf/judge/*.yaml."""
+    out = []
+    for group in ("model", "judge"):
+        for path in sorted((conf_dir / group).glob("*.yaml")):
+            node = OmegaConf.load(path)
+            if isinstance(node, DictConfig) and node.get("retired") is not None:
+                block = OmegaConf.merge(OmegaConf.structured(RetiredConfig), node.retired)
+                out.append((f"conf/{group}/{path.name}", typing.cast(RetiredConfig, OmegaConf.to_object(block))))
+    return out
+
+
+def retirement_for(route: str, base_url: str, blocks: list[tuple[str, RetiredConfig]]) -> tuple[str, RetiredConfig] | None:
+    """The block that retires this route at this host, if any: the route (dates, prefixes aside) and the host both match."""
+    ident, host = model_identity(route), _host(base_url)
+    for where, block in blocks:
+        if host in {h.lower() for h in block.hosts} and ident in {model_identity(r) for r in block.routes}:
+            return where, block
+    return None
+
+
+def check_retired(settings: WildtraceConfig, conf_dir: Path | None = None) -> None:
+    """Refuse, before any request, an endpoint of the run's stage whose route is retired at its first-party host.
+
+    The blocks are the endpoint's own ``retired`` and every ``retired:`` in the config tree's
+    model and judge files, so ``model=custom model.route=<a retired route>`` and the paper
+    CLI's config.json are refused too. Pointing the endpoint at another host (a gateway that
+    still serves the model) or another route runs it.
+    """
+    shared = _conf_retirements(conf_dir) if conf_dir is not None else []
+    endpoints: list[tuple[str, EndpointConfig]] = []
+    if settings.stage != "judge":
+        endpoints.append(("model", settings.model))
+    if settings.stage != "answer":
+        endpoints += [(f"judge_panel.judges.{k}", j) for k, j in settings.judge_panel.judges.items()]
+    for key, e in endpoints:
+        if e.provider == "offline":
+            continue
+        own = [(f"{key}.retired", e.retired)] if e.retired is not None else []
+        found = retirement_for(e.route, e.base_url, own + shared)
+        if found is None:
+            continue
+        where, block = found
+        still = "; ".join(block.served_by) if block.served_by else "none confirmed"
+        raise ConfigError(
+            f"{key}: route {e.route!r} at {_host(e.base_url)} is retired since {block.date} ({where}): "
+            f"{block.message.strip()} Still served by: {still}. To run it anyway, point {key}.base_url at a host "
+            f"that serves it (or use access=gateway); to run another model, change {key}.route"
+            + (f". Source: {block.source}" if block.source else ""))

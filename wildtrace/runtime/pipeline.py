@@ -34,6 +34,7 @@ from wildtrace.runtime.dataset import Dataset, read_document
 from wildtrace.runtime.http import Endpoint, Prepared, encode_body, interpret, local_transport
 from wildtrace.runtime.ratelimit import estimate_tokens
 from wildtrace.runtime.retry import RetryPolicy
+from wildtrace.runtime.served import ServedPolicy, enforce
 
 
 def sha256_text(text: str) -> str:
@@ -140,6 +141,7 @@ class Plan:
     judges: list[Endpoint]
     given_answers: dict[str, dict] | None = None  # stage=judge: rows read from responses=PATH
     grace_s: float = 10.0  # after a stop, how long in-flight calls may finish
+    served: dict[str, ServedPolicy] = field(default_factory=dict)  # label → served-model rule (runtime/served.py)
 
 
 @dataclass
@@ -335,6 +337,7 @@ class _Run:
                                        f"{decision.cap}")
         assert plan.model is not None and ready.prepared is not None
         result = await plan.model.call(ready.prepared.request, plan.answer_replicate, ready.cost, ready.prepared)
+        result = enforce(plan.served.get("model"), result)
         self._check_storage(plan.model)
         self.counters.record_call("model", result)
         reference = answer_prompt(task.question_text,
@@ -345,7 +348,7 @@ class _Run:
         prompt = judge_prompt(task.question_text, task.rubric, response)
         request = judge.provider.build_request(prompt, self.plan.judge_sampling)
         cost = estimate_tokens(len(prompt), False, max_tokens=self.plan.judge_sampling.max_tokens)
-        result = await judge.call(request, self.plan.judge_replicate, cost)
+        result = enforce(self.plan.served.get(judge.label), await judge.call(request, self.plan.judge_replicate, cost))
         self._check_storage(judge)
         self.counters.record_call(judge.label, result)
         return judgment_record(task, judge.label, prompt, result)

@@ -18,8 +18,10 @@ from wildtrace.core.prompts import answer_prompt, judge_prompt
 from wildtrace.core.tasks import RubricItem
 from wildtrace.providers.base import EndpointSpec, Sampling
 from wildtrace.runtime.cache import Cache
+from wildtrace.runtime.catalog import RouteStatus, list_models, route_status
 from wildtrace.runtime.pipeline import make_endpoint
 from wildtrace.runtime.retry import RetryPolicy
+from wildtrace.runtime.served import MISMATCH, ServedPolicy, enforce
 
 #: The preflight prompts are the spec's own, over a one-line note instead of a corpus document.
 QUESTION = "What colour was the door?"
@@ -46,6 +48,7 @@ class Check:
     latency_s: float  #: wall time of the call, retries included
     temperature: str  #: "accepted", "rejected (omitted)", or "not sent"
     message: str  #: the provider's message on failure, or the reply's first words
+    listing: str = "-"  #: what the endpoint's model list says of the route (runtime/catalog.py)
 
 
 def _temperature(spec: EndpointSpec, sampling: Sampling, sent: bool | str | None) -> str:
@@ -56,10 +59,15 @@ def _temperature(spec: EndpointSpec, sampling: Sampling, sent: bool | str | None
     return "accepted" if sent else "rejected (omitted)"
 
 
-async def _one(spec: EndpointSpec, key: str | None, sampling: Sampling, retry: RetryPolicy) -> Check:
+async def _one(spec: EndpointSpec, key: str | None, sampling: Sampling, retry: RetryPolicy,
+               rule: ServedPolicy | None = None, listed: RouteStatus | None = None) -> Check:
+    if listed is not None and listed.blocks:  # the list says the route is not there: no paid call
+        return Check(endpoint=spec.label, route=spec.route, served_model=None, ok=False, status="not_sent",
+                     http_status=None, latency_s=0.0, temperature="not sent",
+                     message=f"not sent: the endpoint's model list: {listed.text}", listing=listed.text)
     endpoint = make_endpoint(spec, key, retry, Cache(Path(), enabled=False), lambda label: None)
     try:
-        result = await endpoint.call(endpoint.provider.build_request(prompt_for(spec), sampling))
+        result = enforce(rule, await endpoint.call(endpoint.provider.build_request(prompt_for(spec), sampling)))
     finally:
         await endpoint.aclose()
     answered = result.ok or result.reason in (R.EMPTY_OUTPUT, R.REFUSAL)
@@ -68,15 +76,43 @@ async def _one(spec: EndpointSpec, key: str | None, sampling: Sampling, retry: R
         verdict = parse_judge_reply(result.text)
         message = f"total={verdict.total:g}" if verdict.available and verdict.total is not None else \
             f"reply has no usable total ({verdict.reason}): {message}"
+    status = "ok" if result.ok else str(result.reason)
+    if status.startswith(MISMATCH):
+        status, message = MISMATCH, result.error or message
     return Check(endpoint=spec.label, route=spec.route, served_model=result.served_model, ok=answered,
-                 status="ok" if result.ok else str(result.reason), http_status=result.http_status,
+                 status=status, http_status=result.http_status,
                  latency_s=round(result.latency_s, 3), temperature=_temperature(spec, sampling, result.temperature_sent),
-                 message=message)
+                 message=message, listing=listed.text if listed is not None else "-")
 
 
-async def preflight(endpoints: list[tuple[EndpointSpec, str | None, Sampling]], retry: RetryPolicy) -> list[Check]:
-    """Check every (spec, key, sampling) at once; results in the given order."""
-    return list(await asyncio.gather(*(_one(spec, key, sampling, retry) for spec, key, sampling in endpoints)))
+async def model_lists(endpoints: list[tuple[EndpointSpec, str | None]]) -> list[RouteStatus]:
+    """What each endpoint's own model list says of its route (free GETs, before any paid call); in order."""
+    async def one(spec: EndpointSpec, key: str | None) -> RouteStatus:
+        if spec.provider == "offline":
+            return route_status(spec, None)
+        return route_status(spec, await list_models(spec, key))
+
+    return list(await asyncio.gather(*(one(spec, key) for spec, key in endpoints)))
+
+
+async def preflight(endpoints: list[tuple[EndpointSpec, str | None, Sampling]], retry: RetryPolicy,
+                    rules: dict[str, ServedPolicy] | None = None,
+                    listed: list[RouteStatus] | None = None) -> list[Check]:
+    """Check every (spec, key, sampling) at once; results in the given order.
+
+    ``rules``: each label's served-model rule (a mismatch under ``fail`` fails the check);
+    ``listed``: ``model_lists``' answers, in the same order (a route they lack is not called).
+    """
+    rules = rules or {}
+    status: list[RouteStatus | None] = list(listed) if listed else [None] * len(endpoints)
+    return list(await asyncio.gather(*(_one(spec, key, sampling, retry, rules.get(spec.label), st)
+                                       for (spec, key, sampling), st in zip(endpoints, status))))
+
+
+def listing_lines(specs: list[EndpointSpec], listed: list[RouteStatus]) -> list[str]:
+    """One line per endpoint asked: what its model list says of its route."""
+    return [f"model list: {spec.label}: {spec.route}: {st.text}" for spec, st in zip(specs, listed)
+            if st.text != "-"]
 
 
 def table(checks: list[Check]) -> str:

@@ -37,6 +37,7 @@ from wildtrace.runtime.pipeline import Counters, Outcome, Plan, Stop, Survey, ex
 from wildtrace.runtime.responses import load_responses
 from wildtrace.runtime.retry import RetryPolicy
 from wildtrace.runtime.secrets import install_log_filter, read_keys, redact
+from wildtrace.runtime import served
 
 log = logging.getLogger("wildtrace")
 
@@ -154,16 +155,13 @@ def resume_command(overrides: Sequence[str]) -> str:
     return " ".join(["python -m wildtrace", *map(shlex.quote, overrides)])
 
 
-def served_model_warnings(endpoints: dict[str, Endpoint]) -> list[tuple[str, str]]:
-    """(code, message) for each endpoint whose responses name a model other than its route."""
-    out = []
-    for label, endpoint in endpoints.items():
-        route = endpoint.provider.spec.route
-        for served in endpoint.served_models:
-            bare_route, bare_served = route.split("/")[-1].lower(), served.split("/")[-1].lower()
-            if not (bare_served.startswith(bare_route) or bare_route.startswith(bare_served)):
-                out.append(("served_model", f"{label}: asked for route {route!r}, the responses name {served!r}"))
-    return out
+def served_model_warnings(endpoints: dict[str, Endpoint],
+                          rules: dict[str, served.ServedPolicy] | None = None) -> list[tuple[str, str]]:
+    """(code, message) for each endpoint whose responses name a model its served_model rule does not accept."""
+    rules = rules if rules is not None else {label: served.ServedPolicy(served.default_pattern(
+        e.provider.spec.route), "warn", route=e.provider.spec.route) for label, e in endpoints.items()}
+    return served.warnings(rules, {label: e.served_models for label, e in endpoints.items()},
+                           {label: e.provider.spec.route for label, e in endpoints.items()})
 
 
 def failure_lines(counters: Counters) -> list[str]:
@@ -334,6 +332,7 @@ def run(cfg: WildtraceConfig, overrides: Sequence[str] = (), parent_run_id: str 
         check_writable(Path(cfg.cache.dir), "the cache folder (cache.dir)")
 
     answer_sampling, judge_sampling = samplings(cfg)
+    rules = served.policies(cfg)
     plan_counts = _survey(cfg, dataset, specs, cache, given, answer_sampling, judge_sampling)
     keys = read_keys(key_needs([s for s in specs if plan_counts.needs(s.label)]))
     log.info("%s", plan_counts.describe([s.label for s in specs if s.label != "model"]))
@@ -352,7 +351,7 @@ def run(cfg: WildtraceConfig, overrides: Sequence[str] = (), parent_run_id: str 
         dataset=dataset, caps=caps_of(cfg.model), answer_sampling=answer_sampling, judge_sampling=judge_sampling,
         answer_replicate=cfg.decoding.replicate, judge_replicate=cfg.judge_panel.replicate,
         model=endpoints.get("model"), judges=[endpoints[s.label] for s in specs if s.label != "model"],
-        given_answers=given, grace_s=cfg.stop_grace_s,
+        given_answers=given, grace_s=cfg.stop_grace_s, served=rules,
     )
     warnings = [{"code": code, "message": message} for code, message in spec_warnings(cfg)]
     for w in warnings:
@@ -383,7 +382,8 @@ def _write(cfg: WildtraceConfig, dataset: Dataset, outcome: Outcome, out_dir: Pa
            counters: Counters, overrides: Sequence[str], run_date: str, warnings: list[dict], config: dict) -> RunResult:
     """The run files: responses, judgments, scores, stats, config."""
     judging = cfg.stage in ("all", "judge")
-    warnings = warnings + [{"code": c, "message": m} for c, m in served_model_warnings(endpoints)]
+    rules = served.policies(cfg)
+    warnings = warnings + [{"code": c, "message": m} for c, m in served_model_warnings(endpoints, rules)]
     try:
         write_json(out_dir / "responses.json", outcome.answers)
         summary = None
@@ -408,6 +408,8 @@ def _write(cfg: WildtraceConfig, dataset: Dataset, outcome: Outcome, out_dir: Pa
             "requests": {label: e.requests_sent for label, e in endpoints.items()},
             "failures": {f"{label}:{reason}": n for (label, reason), n in counters.failures.items()},
             "served_models": {label: sorted(e.served_models) for label, e in endpoints.items() if e.served_models},
+            "served_model_rules": {label: {"expect": r.expect, "on_mismatch": r.on_mismatch, "derived": r.derived}
+                                   for label, r in rules.items() if label in endpoints},
             "temperature_dropped": [label for label, e in endpoints.items() if e.temperature_dropped],
             "warnings": warnings,
             "overrides": list(overrides),
