@@ -464,3 +464,16 @@ def test_check_without_a_model_list_still_passes_and_flags_a_rerouted_judge(tmp_
     assert failed.returncode == 1 and "served_model_mismatch" in failed.stdout
     assert "served by 'qwen3.8-plus'" in failed.stdout
     assert warned.returncode == 0, warned.stdout + warned.stderr
+
+
+@pytest.mark.slow
+def test_probe_refuses_a_retired_model_before_any_request(tmp_path):
+    """``wildtrace.probe`` sends only the model's requests: a retired model route is refused first."""
+    stem = next(g.split("/")[1] for g in RETIRED_FILES if g.startswith("model/"))
+    block = retired_blocks()[f"model/{stem}"]
+    with LoopbackServer(lambda call: Reply(502, {"error": "nothing may be sent"})) as proxy:
+        proc = subprocess.run([sys.executable, "-m", "wildtrace.probe", f"model={stem}", f"root={tmp_path / 'out'}"],
+                              cwd=tmp_path, env=_clean_env(proxy.url), capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"is retired since {block['date']}" in proc.stderr and "Traceback" not in proc.stderr
+    assert proxy.calls == []

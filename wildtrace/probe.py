@@ -28,6 +28,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig
 
 from wildtrace.config import ConfigError, WildtraceConfig, register, to_settings
+from wildtrace.config_check import check_retired
 from wildtrace.core import records as R
 from wildtrace.core.prompts import answer_prompt
 
@@ -299,6 +300,8 @@ def _job(dict_cfg: DictConfig) -> None:
     try:
         cfg = to_settings(dict_cfg)
         assert isinstance(cfg, ProbeRunConfig)
+        # A retired first-party route is refused before any request (docs/routes.md); only the model is probed.
+        check_retired(dataclasses.replace(cfg, stage="answer"), Path(_conf_dir()))
         if probe(cfg) is None:
             raise SystemExit(1)
     except (ConfigError, MissingKeyError, ProbeError) as exc:
