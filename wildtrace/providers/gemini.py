@@ -86,6 +86,7 @@ class GeminiProvider(Provider):
             prompt_tokens=as_int(meta.get("promptTokenCount")),
             completion_tokens=as_int(meta.get("candidatesTokenCount")),
             reasoning_tokens=as_int(meta.get("thoughtsTokenCount")),
+            cached_tokens=as_int(meta.get("cachedContentTokenCount")),
         )
         served = as_str(payload.get("modelVersion"))
         blocked = (payload.get("promptFeedback") or {}).get("blockReason")

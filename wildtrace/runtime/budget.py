@@ -1,0 +1,224 @@
+"""The run's money: what each call cost, what the run spent, and a spend cap that holds.
+
+One ``Ledger`` per run. Every call's outcome passes through ``Ledger.settle``, which prices
+it from the usage the endpoint reported (``wildtrace.core.cost``): a call served from the
+cache costs 0 in this run and keeps what it cost when it was paid (``original_cost_usd``).
+
+The cap (``budget.max_usd`` for the run, ``<endpoint>.max_usd`` for one endpoint): before a
+call is sent its worst case is reserved — at most one token per UTF-8 byte of the request
+body in (no byte-level tokenizer makes more), ``max_tokens`` out, at tier prices when that
+input could cross the tier. A reservation that does not fit is refused, and the call is
+recorded as ``budget_exhausted`` (never sent, never cached, so a rerun with a higher cap
+sends it). On reply the reservation is replaced by the real cost, so spend plus what is in
+flight never exceeds a cap, whatever the concurrency. A call whose cost cannot be known (the
+connection dropped after the request went out) keeps its reservation as spent: the provider
+may have billed it. Single-threaded: the ledger lives on the run's event loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+
+from wildtrace.core import records as R
+from wildtrace.core.cost import DIGITS, Billable, Price, billable, exact_cost
+from wildtrace.core.records import CallResult, Usage
+
+#: Bytes of request body beyond the prompt's own (role markers, a chat template) allowed for.
+TEMPLATE_TOKENS = 64
+
+
+class BudgetError(ValueError):
+    """A cap that cannot be enforced (an endpoint under it has no price); the message names the key."""
+
+
+def _usd(value: Fraction) -> float:
+    return round(float(value), DIGITS)
+
+
+@dataclass
+class Account:
+    """One endpoint's money in this run."""
+
+    price: Price | None
+    provider: str
+    cap: Fraction | None = None
+    spent: Fraction = Fraction(0)  # known cost of calls paid in this run
+    held: Fraction = Fraction(0)  # reservations of calls in flight, and of calls whose cost is unknown
+    unknown: int = 0  # paid calls whose cost could not be made
+    calls_paid: int = 0
+    not_sent: int = 0  # calls refused for the cap
+
+    def committed(self) -> Fraction:
+        """What counts against a cap: spent plus held."""
+        return self.spent + self.held
+
+
+@dataclass
+class Ticket:
+    """One logical call's claim on the budget: reserved once before sending, settled on reply."""
+
+    ledger: Ledger
+    label: str
+    worst: Fraction | None  # None: no cap applies (nothing to reserve)
+    reserved: bool = False
+    refused: bool = False
+
+    def reserve(self) -> bool:
+        """Hold the call's worst case; False (and nothing held) when it does not fit a cap."""
+        if self.reserved or self.worst is None:
+            return True
+        if not self.ledger.fits(self.label, self.worst):
+            self.refused = True
+            self.ledger.accounts[self.label].not_sent += 1
+            return False
+        self.ledger.hold(self.label, self.worst)
+        self.reserved = True
+        return True
+
+    def refusal(self) -> CallResult:
+        """The outcome of a call the cap did not let through: not sent, not a model failure."""
+        text = self.ledger.refusal_text(self.label, self.worst or Fraction(0))
+        return CallResult(False, None, R.BUDGET_EXHAUSTED, text, None, Usage(), 0, 0.0, None, None)
+
+
+@dataclass
+class Ledger:
+    """Prices, caps and spend for every endpoint of a run."""
+
+    accounts: dict[str, Account] = field(default_factory=dict)
+    run_cap: Fraction | None = None
+
+    @classmethod
+    def build(cls, prices: Mapping[str, tuple[Price | None, str, float | None]], run_cap: float | None) -> Ledger:
+        """``prices``: label → (price, wire format, the endpoint's own cap)."""
+        accounts = {label: Account(price, provider, None if cap is None else Fraction(repr(cap)))
+                    for label, (price, provider, cap) in prices.items()}
+        return cls(accounts, None if run_cap is None else Fraction(repr(run_cap)))
+
+    # ------------------------------------------------------------------ the cap
+
+    def capped(self, label: str) -> bool:
+        """Whether any cap applies to calls of ``label``."""
+        return self.run_cap is not None or self.accounts[label].cap is not None
+
+    def check(self, labels: Iterable[str], key_of: Mapping[str, str]) -> None:
+        """Refuse a cap over an endpoint with no price, before any request (``key_of``: label → config key)."""
+        for label in labels:
+            account = self.accounts[label]
+            if not self.capped(label):
+                continue
+            missing = ["price"] if account.price is None else account.price.missing()
+            if missing:
+                cap = "budget.max_usd" if self.run_cap is not None else f"{key_of[label]}.max_usd"
+                raise BudgetError(f"{cap} is set but {key_of[label]} has no {key_of[label]}.price.{missing[0]}: "
+                                  "a cap cannot hold over a price nobody knows (set it, or drop the cap)")
+
+    def ticket(self, label: str, body_bytes: int, max_tokens: int) -> Ticket:
+        """A ticket for one call: its worst case when a cap applies, else nothing to reserve."""
+        account = self.accounts[label]
+        if not self.capped(label) or account.price is None:
+            return Ticket(self, label, None)
+        worst = exact_cost(account.price, _worst_usage(body_bytes, max_tokens))
+        return Ticket(self, label, worst)
+
+    def fits(self, label: str, amount: Fraction) -> bool:
+        """Whether ``amount`` more fits under the endpoint's cap and the run's."""
+        account = self.accounts[label]
+        if account.cap is not None and account.committed() + amount > account.cap:
+            return False
+        return self.run_cap is None or self.committed() + amount <= self.run_cap
+
+    def hold(self, label: str, amount: Fraction) -> None:
+        """Reserve ``amount`` for a call about to be sent."""
+        self.accounts[label].held += amount
+
+    def committed(self) -> Fraction:
+        """Spent plus held, all endpoints."""
+        return sum((a.committed() for a in self.accounts.values()), Fraction(0))
+
+    def refusal_text(self, label: str, amount: Fraction) -> str:
+        """Why a call of worst case ``amount`` was not sent: which cap, and what was committed against it."""
+        account = self.accounts[label]
+        if account.cap is not None and account.committed() + amount > account.cap:
+            cap, committed = f"{label}.max_usd=${_usd(account.cap)}", account.committed()
+        else:
+            cap, committed = f"budget.max_usd=${_usd(self.run_cap or Fraction(0))}", self.committed()
+        return (f"not sent: its worst case ${_usd(amount)} would pass {cap} (${_usd(committed)} spent or in "
+                "flight); rerun with a higher cap to send it")
+
+    # ------------------------------------------------------------------ settling
+
+    def settle(self, label: str, result: CallResult, ticket: Ticket | None = None) -> CallResult:
+        """Price an outcome, release its reservation for its real cost, and return it with its cost."""
+        account = self.accounts[label]
+        if ticket is not None and ticket.reserved:
+            account.held -= ticket.worst or 0
+            ticket.reserved = False
+        if result.reason == R.BUDGET_EXHAUSTED:
+            return replace(result, cost_usd=0.0)
+        exact = self._cost(account, result)
+        if result.cached:
+            return replace(result, cost_usd=0.0, original_cost_usd=None if exact is None else _usd(exact))
+        account.calls_paid += 1
+        if exact is None:
+            account.unknown += 1
+            if ticket is not None and ticket.worst is not None:
+                account.held += ticket.worst  # it may have been billed: keep it against the cap
+            return replace(result, cost_usd=None)
+        account.spent += exact
+        return replace(result, cost_usd=_usd(exact))
+
+    @staticmethod
+    def _cost(account: Account, result: CallResult) -> Fraction | None:
+        u = result.usage
+        if u.prompt_tokens is None and u.completion_tokens is None and not result.ok:
+            # No usage: an error status or a call never sent is not billed; a cut connection may be.
+            sent_and_lost = result.attempts > 0 and (result.http_status is None or result.http_status < 400)
+            return None if sent_and_lost else Fraction(0)
+        return exact_cost(account.price, billable(u.prompt_tokens, u.completion_tokens, u.reasoning_tokens,
+                                                  u.cached_tokens, account.provider))
+
+    # ------------------------------------------------------------------ reporting
+
+    def spent_usd(self, label: str | None = None) -> float | None:
+        """Known spend of one endpoint (None: it has no price), or of the run (None if any endpoint has none)."""
+        if label is not None:
+            account = self.accounts[label]
+            if account.price is None or account.price.missing():
+                return None if account.calls_paid else 0.0
+            return _usd(account.spent)
+        parts = [self.spent_usd(lbl) for lbl in self.accounts]
+        if any(p is None for p in parts):
+            return None
+        return _usd(sum((a.spent for a in self.accounts.values()), Fraction(0)))
+
+    def not_sent(self) -> int:
+        """Calls the cap kept from being sent."""
+        return sum(a.not_sent for a in self.accounts.values())
+
+    def stats(self) -> dict:
+        """run_stats.json's ``cost`` block: per endpoint and the total, caps and what they stopped."""
+        endpoints = {label: {"cost_usd": self.spent_usd(label), "calls_paid": a.calls_paid,
+                             "calls_cost_unknown": a.unknown, "not_sent_budget": a.not_sent,
+                             "max_usd": None if a.cap is None else _usd(a.cap)}
+                     for label, a in self.accounts.items()}
+        return {"total_usd": self.spent_usd(), "endpoints": endpoints,
+                "max_usd": None if self.run_cap is None else _usd(self.run_cap), "not_sent_budget": self.not_sent()}
+
+    def progress(self) -> str:
+        """Spend against the cap, for the progress line ("" when nothing is capped or priced)."""
+        total = self.spent_usd()
+        if self.run_cap is not None:
+            return f"spent ${_usd(sum((a.spent for a in self.accounts.values()), Fraction(0))):.2f}" \
+                   f"/${_usd(self.run_cap):.2f}"
+        caps = [f"{label} ${_usd(a.spent):.2f}/${_usd(a.cap):.2f}" for label, a in self.accounts.items()
+                if a.cap is not None]
+        if caps:
+            return "spent " + " ".join(caps)
+        return "" if total is None else f"spent ${total:.2f}"
+
+
+def _worst_usage(body_bytes: int, max_tokens: int) -> Billable:
+    return Billable(max(body_bytes, 0) + TEMPLATE_TOKENS, 0, max(max_tokens, 0))
