@@ -347,6 +347,19 @@ def _survey(cfg: WildtraceConfig, dataset: Dataset, specs: list[EndpointSpec], c
                   cfg.decoding.replicate, cfg.judge_panel.replicate, given)
 
 
+def plan_run(cfg: WildtraceConfig) -> tuple[Dataset, list[EndpointSpec], Survey]:
+    """What ``run`` would send, found as ``run`` finds it (dataset, stage, caps, cache, replicates), sending nothing.
+
+    The estimate's entry: the same loading, the same survey, no keys read and no folder written.
+    """
+    dataset = load_dataset(cfg.dataset.tasks, cfg.dataset.corpus, cfg.dataset.ids, cfg.dataset.limit)
+    specs = stage_specs(cfg)
+    given = load_responses(cfg.responses, {t.question_id for t in dataset.tasks}) if cfg.stage == "judge" else None
+    cache = Cache(Path(cfg.cache.dir), cfg.cache.enabled)
+    answer_sampling, judge_sampling = samplings(cfg)
+    return dataset, specs, _survey(cfg, dataset, specs, cache, given, answer_sampling, judge_sampling)
+
+
 def run(cfg: WildtraceConfig, overrides: Sequence[str] = (), parent_run_id: str | None = None,
         observer: RunObserver | None = None) -> RunResult:
     """Execute one job. Raises DatasetError / ConfigError / MissingKeyError / StorageError before any request.
