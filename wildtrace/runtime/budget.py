@@ -17,6 +17,7 @@ may have billed it. Single-threaded: the ledger lives on the run's event loop.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
@@ -45,14 +46,19 @@ class Account:
     provider: str
     cap: Fraction | None = None
     spent: Fraction = Fraction(0)  # known cost of calls paid in this run
-    held: Fraction = Fraction(0)  # reservations of calls in flight, and of calls whose cost is unknown
+    held: Fraction = Fraction(0)  # reservations of calls in flight
+    lost: Fraction = Fraction(0)  # reservations kept for calls whose cost is unknown (they may have been billed)
     unknown: int = 0  # paid calls whose cost could not be made
     calls_paid: int = 0
     not_sent: int = 0  # calls refused for the cap
 
     def committed(self) -> Fraction:
-        """What counts against a cap: spent plus held."""
-        return self.spent + self.held
+        """What counts against a cap now: spent, lost and in flight."""
+        return self.spent + self.lost + self.held
+
+    def settled(self) -> Fraction:
+        """What counts against a cap once every call in flight has settled at no cost."""
+        return self.spent + self.lost
 
 
 @dataclass
@@ -65,14 +71,20 @@ class Ticket:
     reserved: bool = False
     refused: bool = False
 
-    def reserve(self) -> bool:
-        """Hold the call's worst case; False (and nothing held) when it does not fit a cap."""
+    async def reserve(self) -> bool:
+        """Hold the call's worst case; False (and nothing held) when it can never fit a cap.
+
+        A call that would fit once the calls in flight settle waits for them (they release
+        what they did not spend) rather than being refused while the money is only reserved.
+        """
         if self.reserved or self.worst is None:
             return True
-        if not self.ledger.fits(self.label, self.worst):
-            self.refused = True
-            self.ledger.accounts[self.label].not_sent += 1
-            return False
+        while not self.ledger.fits(self.label, self.worst):
+            if not self.ledger.fits(self.label, self.worst, settled=True):
+                self.refused = True
+                self.ledger.accounts[self.label].not_sent += 1
+                return False
+            await self.ledger.changed()
         self.ledger.hold(self.label, self.worst)
         self.reserved = True
         return True
@@ -89,6 +101,7 @@ class Ledger:
 
     accounts: dict[str, Account] = field(default_factory=dict)
     run_cap: Fraction | None = None
+    _change: asyncio.Event | None = field(default=None, repr=False)
 
     @classmethod
     def build(cls, prices: Mapping[str, tuple[Price | None, str, float | None]], run_cap: float | None) -> Ledger:
@@ -123,12 +136,34 @@ class Ledger:
         worst = exact_cost(account.price, _worst_usage(body_bytes, max_tokens))
         return Ticket(self, label, worst)
 
-    def fits(self, label: str, amount: Fraction) -> bool:
-        """Whether ``amount`` more fits under the endpoint's cap and the run's."""
+    def fits(self, label: str, amount: Fraction, settled: bool = False) -> bool:
+        """Whether ``amount`` more fits under the endpoint's cap and the run's (``settled``: once nothing is in flight)."""
         account = self.accounts[label]
-        if account.cap is not None and account.committed() + amount > account.cap:
+        mine = account.settled() if settled else account.committed()
+        if account.cap is not None and mine + amount > account.cap:
             return False
-        return self.run_cap is None or self.committed() + amount <= self.run_cap
+        total = sum((a.settled() if settled else a.committed() for a in self.accounts.values()), Fraction(0))
+        return self.run_cap is None or total + amount <= self.run_cap
+
+    async def changed(self) -> None:
+        """Wait until a call in flight settles (and so may have released part of its reservation)."""
+        if self._change is None:
+            self._change = asyncio.Event()
+        await self._change.wait()
+
+    def _notify(self) -> None:
+        if self._change is not None:
+            self._change.set()
+            self._change = None
+
+    def abandon(self, label: str, ticket: Ticket | None) -> None:
+        """A call that ended without an outcome (cancelled, or it raised): its reservation stays spent."""
+        if ticket is not None and ticket.reserved:
+            account = self.accounts[label]
+            account.held -= ticket.worst or 0
+            account.lost += ticket.worst or 0
+            ticket.reserved = False
+            self._notify()
 
     def hold(self, label: str, amount: Fraction) -> None:
         """Reserve ``amount`` for a call about to be sent."""
@@ -153,9 +188,11 @@ class Ledger:
     def settle(self, label: str, result: CallResult, ticket: Ticket | None = None) -> CallResult:
         """Price an outcome, release its reservation for its real cost, and return it with its cost."""
         account = self.accounts[label]
-        if ticket is not None and ticket.reserved:
+        held = ticket is not None and ticket.reserved
+        if held:
             account.held -= ticket.worst or 0
             ticket.reserved = False
+            self._notify()
         if result.reason == R.BUDGET_EXHAUSTED:
             return replace(result, cost_usd=0.0)
         exact = self._cost(account, result)
@@ -164,8 +201,8 @@ class Ledger:
         account.calls_paid += 1
         if exact is None:
             account.unknown += 1
-            if ticket is not None and ticket.worst is not None:
-                account.held += ticket.worst  # it may have been billed: keep it against the cap
+            if held and ticket is not None:
+                account.lost += ticket.worst or 0  # it may have been billed: keep it against the cap
             return replace(result, cost_usd=None)
         account.spent += exact
         return replace(result, cost_usd=_usd(exact))

@@ -253,7 +253,7 @@ class Endpoint:
                 hit = self._lookup(key, request)  # another process may have paid for it while we waited
                 if hit is not None:
                     return hit
-                if ticket is not None and not ticket.reserve():
+                if ticket is not None and not await ticket.reserve():
                     return ticket.refusal()  # never stored: a rerun with a higher cap sends it
                 result = await self._fetch(request, content, cost_tokens, replicate)
                 if result is _RESEND:

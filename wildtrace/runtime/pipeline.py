@@ -361,8 +361,12 @@ class _Run:
                                        f"{decision.cap}")
         assert plan.model is not None and ready.prepared is not None
         ticket = plan.ledger.ticket("model", len(ready.prepared.content), plan.answer_sampling.max_tokens)
-        result = await plan.model.call(ready.prepared.request, plan.answer_replicate, ready.cost, ready.prepared,
-                                       ticket=ticket)
+        try:
+            result = await plan.model.call(ready.prepared.request, plan.answer_replicate, ready.cost, ready.prepared,
+                                           ticket=ticket)
+        except BaseException:  # cancelled or raised: it may have been billed, so its reservation stays spent
+            plan.ledger.abandon("model", ticket)
+            raise
         result = plan.ledger.settle("model", result, ticket)
         self._check_storage(plan.model)
         self.counters.record_call("model", result)
@@ -376,7 +380,11 @@ class _Run:
         cost = estimate_tokens(len(prompt), False, max_tokens=self.plan.judge_sampling.max_tokens)
         ticket = self.plan.ledger.ticket(judge.label, len(prompt.encode("utf-8")),
                                          self.plan.judge_sampling.max_tokens)
-        result = await judge.call(request, self.plan.judge_replicate, cost, ticket=ticket)
+        try:
+            result = await judge.call(request, self.plan.judge_replicate, cost, ticket=ticket)
+        except BaseException:  # as for answers: the reservation stays spent
+            self.plan.ledger.abandon(judge.label, ticket)
+            raise
         result = self.plan.ledger.settle(judge.label, result, ticket)
         self._check_storage(judge)
         self.counters.record_call(judge.label, result)
