@@ -3,8 +3,9 @@
 Takes the same overrides as a run (``model=…``, ``judge_panel=…``, ``access=gateway …``) and
 sends each endpoint of the run's stage one few-word prompt with the run's real settings.
 Prints a table (endpoint, route, the model that answered, status, latency, whether
-temperature was accepted, the provider's message) and exits 1 if any endpoint failed,
-2 on a config or key error.
+temperature was accepted, the provider's message) and, beside it, the whole run's estimated
+cost (``python -m wildtrace.estimate``'s total); exits 1 if any endpoint failed, 2 on a
+config or key error.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from omegaconf import DictConfig
 from hydra.core.hydra_config import HydraConfig
 
 from wildtrace.app import CONF_DIR, prepare
-from wildtrace.config import ConfigError, register
+from wildtrace.config import ConfigError, WildtraceConfig, register
 
 register()
 
@@ -43,11 +44,23 @@ def _check(dict_cfg: DictConfig) -> None:
                         backoff_max_s=cfg.retry.backoff_max_s, retry_after_max_s=min(cfg.retry.retry_after_max_s, 10))
     checks = asyncio.run(preflight([(s, keys.get(s.api_key_env or ""), sampling) for s, sampling in specs], retry))
     print(redact(table(checks)))
+    print(estimate_line(cfg))
     failed = [c.endpoint for c in checks if not c.ok]
     if failed:
         print(f"wildtrace-check: {len(failed)} of {len(checks)} endpoints failed: {', '.join(failed)}", file=sys.stderr)
         raise SystemExit(1)
     print(f"wildtrace-check: all {len(checks)} endpoints answered")
+
+
+def estimate_line(cfg: WildtraceConfig) -> str:
+    """The whole run's estimated cost (python -m wildtrace.estimate's total), or why there is none."""
+    from wildtrace.core.tasks import DatasetError
+    from wildtrace.estimate import estimate, total_line
+
+    try:
+        return total_line(estimate(cfg))
+    except (DatasetError, OSError) as exc:  # the check is about endpoints: a missing dataset does not fail it
+        return f"estimate: unavailable ({exc})"
 
 
 def main() -> None:
