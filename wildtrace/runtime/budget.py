@@ -82,7 +82,7 @@ class Ticket:
         while not self.ledger.fits(self.label, self.worst):
             if not self.ledger.fits(self.label, self.worst, settled=True):
                 self.refused = True
-                self.ledger.accounts[self.label].not_sent += 1
+                self.ledger.account(self.label).not_sent += 1
                 return False
             await self.ledger.changed()
         self.ledger.hold(self.label, self.worst)
@@ -110,16 +110,20 @@ class Ledger:
                     for label, (price, provider, cap) in prices.items()}
         return cls(accounts, None if run_cap is None else Fraction(repr(run_cap)))
 
+    def account(self, label: str) -> Account:
+        """The endpoint's account; one the ledger was not built with has no price (its costs are unknown)."""
+        return self.accounts.setdefault(label, Account(None, ""))
+
     # ------------------------------------------------------------------ the cap
 
     def capped(self, label: str) -> bool:
         """Whether any cap applies to calls of ``label``."""
-        return self.run_cap is not None or self.accounts[label].cap is not None
+        return self.run_cap is not None or self.account(label).cap is not None
 
     def check(self, labels: Iterable[str], key_of: Mapping[str, str]) -> None:
         """Refuse a cap over an endpoint with no price, before any request (``key_of``: label → config key)."""
         for label in labels:
-            account = self.accounts[label]
+            account = self.account(label)
             if not self.capped(label):
                 continue
             missing = ["price"] if account.price is None else account.price.missing()
@@ -130,7 +134,7 @@ class Ledger:
 
     def ticket(self, label: str, body_bytes: int, max_tokens: int) -> Ticket:
         """A ticket for one call: its worst case when a cap applies, else nothing to reserve."""
-        account = self.accounts[label]
+        account = self.account(label)
         if not self.capped(label) or account.price is None:
             return Ticket(self, label, None)
         worst = exact_cost(account.price, _worst_usage(body_bytes, max_tokens))
@@ -138,7 +142,7 @@ class Ledger:
 
     def fits(self, label: str, amount: Fraction, settled: bool = False) -> bool:
         """Whether ``amount`` more fits under the endpoint's cap and the run's (``settled``: once nothing is in flight)."""
-        account = self.accounts[label]
+        account = self.account(label)
         mine = account.settled() if settled else account.committed()
         if account.cap is not None and mine + amount > account.cap:
             return False
@@ -159,7 +163,7 @@ class Ledger:
     def abandon(self, label: str, ticket: Ticket | None) -> None:
         """A call that ended without an outcome (cancelled, or it raised): its reservation stays spent."""
         if ticket is not None and ticket.reserved:
-            account = self.accounts[label]
+            account = self.account(label)
             account.held -= ticket.worst or 0
             account.lost += ticket.worst or 0
             ticket.reserved = False
@@ -167,7 +171,7 @@ class Ledger:
 
     def hold(self, label: str, amount: Fraction) -> None:
         """Reserve ``amount`` for a call about to be sent."""
-        self.accounts[label].held += amount
+        self.account(label).held += amount
 
     def committed(self) -> Fraction:
         """Spent plus held, all endpoints."""
@@ -175,7 +179,7 @@ class Ledger:
 
     def refusal_text(self, label: str, amount: Fraction) -> str:
         """Why a call of worst case ``amount`` was not sent: which cap, and what was committed against it."""
-        account = self.accounts[label]
+        account = self.account(label)
         if account.cap is not None and account.committed() + amount > account.cap:
             cap, committed = f"{label}.max_usd=${_usd(account.cap)}", account.committed()
         else:
@@ -187,7 +191,7 @@ class Ledger:
 
     def settle(self, label: str, result: CallResult, ticket: Ticket | None = None) -> CallResult:
         """Price an outcome, release its reservation for its real cost, and return it with its cost."""
-        account = self.accounts[label]
+        account = self.account(label)
         held = ticket is not None and ticket.reserved
         if held:
             account.held -= ticket.worst or 0
@@ -222,7 +226,7 @@ class Ledger:
     def spent_usd(self, label: str | None = None) -> float | None:
         """Known spend of one endpoint (None: it has no price), or of the run (None if any endpoint has none)."""
         if label is not None:
-            account = self.accounts[label]
+            account = self.account(label)
             if account.price is None or account.price.missing():
                 return None if account.calls_paid else 0.0
             return _usd(account.spent)
