@@ -254,7 +254,8 @@ def test_a_judge_cap_holds_judgments_back_without_counting_them_against_anyone(t
 def test_a_cap_over_an_endpoint_without_a_price_fails_before_any_request(tmp_path, release):
     tasks, corpus = release
     with LoopbackServer(reply) as server:
-        bare = [o for o in overrides(server.url, tasks, corpus, tmp_path / "cache", "stage=answer") if ".price." not in o]
+        every = overrides(server.url, tasks, corpus, tmp_path / "cache", "stage=answer")
+        bare = [o for o in every if ".price." not in o]
         with pytest.raises(ConfigError, match=r"budget\.max_usd is set but model has no model\.price\.input_per_mtok"):
             run(settings(tmp_path / "a", [*bare, "budget.max_usd=1"]))
     assert server.calls == []

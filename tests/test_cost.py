@@ -190,7 +190,8 @@ def usage_of(call: Call) -> dict:
     """Usage as a real endpoint reports it: input proportional to the prompt, reasoning inside output."""
     prompt = math.ceil(len(call.prompt) / 4) + 7
     if call.route == "test-model":
-        return {"prompt_tokens": prompt, "completion_tokens": 120, "completion_tokens_details": {"reasoning_tokens": 90},
+        return {"prompt_tokens": prompt, "completion_tokens": 120,
+                "completion_tokens_details": {"reasoning_tokens": 90},
                 "prompt_tokens_details": {"cached_tokens": 64 if call.seen else 0}}
     return {"prompt_tokens": prompt, "completion_tokens": 25}
 
@@ -300,3 +301,27 @@ def test_trace_spans_carry_each_calls_cost():
     cached = call_attributes({"cost_usd": 0.0, "cached": True, "original_cost_usd": 0.5}, "m")
     assert (cached["wildtrace.cost_usd"], cached["wildtrace.original_cost_usd"]) == (0.0, 0.5)
     assert "wildtrace.cost_usd" not in call_attributes({"cost_usd": None}, "m")  # unknown: no attribute, never 0
+
+
+def test_report_has_a_cost_column_and_cost_per_point(tmp_path, release):
+    from wildtrace.report import sources, tables
+    from wildtrace.report.render import leaderboard_view
+    from wildtrace.report.stats import Bootstrap
+
+    tasks, corpus = release
+    with LoopbackServer(responder) as server:
+        paid = run(settings(tmp_path / "a", priced_overrides(server.url, tasks, corpus), judges=judges(server.url)))
+        model_bill = sum(bill(c, MODEL_PRICE) for c in server.calls if c.route == "test-model")
+        judge_bill = sum(bill(c, JUDGE_PRICE) for c in server.calls if c.route == "judge-a")
+        rerun = settings(tmp_path / "a", priced_overrides(server.url, tasks, corpus), judges=judges(server.url))
+        rerun.out_dir = str(tmp_path / "rerun")
+        cached = run(rerun)
+    assert cached.stats["cost"]["total_usd"] == 0.0  # nothing paid in this run ...
+    assert cents(cached.stats["cost"]["results_usd"]) == cents(model_bill + judge_bill)  # ... for what they cost
+    for out_dir in (paid.out_dir, cached.out_dir):
+        board = tables.build(sources.from_run_dirs([str(out_dir)]), Bootstrap(resamples=50)).leaderboard
+        row = board.iloc[0]
+        assert cents(row["cost_usd"]) == cents(model_bill + judge_bill)
+        assert row["usd_per_point"] == pytest.approx(row["cost_usd"] / row["overall"])
+        view = leaderboard_view(board)
+        assert {"cost USD", "USD / point"} <= set(view.columns)

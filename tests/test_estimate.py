@@ -103,8 +103,9 @@ def test_estimate_plans_as_the_run_does_and_sends_nothing(tmp_path, release):
         assert server.calls == []  # nothing sent
         model, judge = est["endpoints"]["model"], est["endpoints"]["a"]
         assert model["calls"] == 3 and est["plan"]["out_of_context"] == 1  # long.txt is past the 5000-character cap
-        want = sum(tokens_of(len(answer_prompt(q, doc)), cjk) for q, doc, cjk in [
-            ("What failed? [q0]", SHORT, False), ("What failed? [q1]", SHORT, False), ("什么坏了? [q3]", CJK, True)])
+        planned = [("What failed? [q0]", SHORT, False), ("What failed? [q1]", SHORT, False),
+                   ("什么坏了? [q3]", CJK, True)]
+        want = sum(tokens_of(len(answer_prompt(q, doc)), cjk) for q, doc, cjk in planned)
         assert model["input_tokens"] == want
         assert (model["output_tokens_min"], model["output_tokens_max"]) == (3 * 40, 3 * 300)
         assert judge["calls"] == 3 and est["plan"]["judge_calls_pending_answers"] == 3  # answers not known yet

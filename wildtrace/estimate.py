@@ -112,8 +112,8 @@ def render(est: dict) -> str:
     header = ("endpoint", "calls", "input tokens", "output tokens", "tier calls", "USD low", "USD high")
     rows = [header]
     for label, r in est["endpoints"].items():
-        inputs = f"{r['input_tokens']:,}" + (f"–{r['input_tokens_max']:,}" if r["input_tokens_max"] != r["input_tokens"]
-                                             else "")
+        wider = r["input_tokens_max"] != r["input_tokens"]
+        inputs = f"{r['input_tokens']:,}" + (f"–{r['input_tokens_max']:,}" if wider else "")
         rows.append((label, f"{r['calls']:,}", inputs, f"{r['output_tokens_min']:,}–{r['output_tokens_max']:,}",
                      f"{r['tier_calls']:,}", _money(r["usd_min"]), _money(r["usd_max"])))
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
@@ -129,8 +129,8 @@ def total_line(est: dict) -> str:
     """One line: the run's estimated cost, low to high."""
     t = est["total"]
     calls = sum(r["calls"] for r in est["endpoints"].values())
-    text = f"estimate: {_money(t['usd_min'])} – {_money(t['usd_max'])} for the calls still to send ({calls:,} calls; " \
-           "nothing sent)"
+    text = (f"estimate: {_money(t['usd_min'])} – {_money(t['usd_max'])} for the calls still to send "
+            f"({calls:,} calls; nothing sent)")
     if t["usd_min"] is None:
         text += f"; the priced endpoints alone: {_money(t['priced_usd_min'])} – {_money(t['priced_usd_max'])}"
     return text

@@ -51,6 +51,8 @@ class Account:
     unknown: int = 0  # paid calls whose cost could not be made
     calls_paid: int = 0
     not_sent: int = 0  # calls refused for the cap
+    original: Fraction = Fraction(0)  # what the calls served from the cache cost when they were paid
+    original_unknown: int = 0  # cached calls whose original cost cannot be made
 
     def committed(self) -> Fraction:
         """What counts against a cap now: spent, lost and in flight."""
@@ -141,7 +143,8 @@ class Ledger:
         return Ticket(self, label, worst)
 
     def fits(self, label: str, amount: Fraction, settled: bool = False) -> bool:
-        """Whether ``amount`` more fits under the endpoint's cap and the run's (``settled``: once nothing is in flight)."""
+        """Whether ``amount`` more fits under the endpoint's cap and the run's (``settled``: once nothing
+        is in flight)."""
         account = self.account(label)
         mine = account.settled() if settled else account.committed()
         if account.cap is not None and mine + amount > account.cap:
@@ -201,6 +204,10 @@ class Ledger:
             return replace(result, cost_usd=0.0)
         exact = self._cost(account, result)
         if result.cached:
+            if exact is None:
+                account.original_unknown += 1
+            else:
+                account.original += exact
             return replace(result, cost_usd=0.0, original_cost_usd=None if exact is None else _usd(exact))
         account.calls_paid += 1
         if exact is None:
@@ -245,7 +252,12 @@ class Ledger:
                              "calls_cost_unknown": a.unknown, "not_sent_budget": a.not_sent,
                              "max_usd": None if a.cap is None else _usd(a.cap)}
                      for label, a in self.accounts.items()}
+        results = [a.spent + a.original for a in self.accounts.values()]
+        known = all(not a.unknown and not a.original_unknown and self.spent_usd(label) is not None
+                    for label, a in self.accounts.items())
         return {"total_usd": self.spent_usd(), "endpoints": endpoints,
+                # what the run's outcomes cost to produce: paid now, or earlier for those served from the cache
+                "results_usd": _usd(sum(results, Fraction(0))) if known else None,
                 "max_usd": None if self.run_cap is None else _usd(self.run_cap), "not_sent_budget": self.not_sent()}
 
     def progress(self) -> str:
