@@ -277,3 +277,35 @@ def test_exit_statuses_of_the_command(tmp_path, release):
     assert "BUDGET CAP REACHED" in capped.stdout and "resume with a higher cap" in capped.stdout
     assert unpriced.returncode == 2 and "model.max_usd is set but model has no model.price" in unpriced.stderr
     assert "Traceback" not in unpriced.stderr and len(server.calls) == sent  # refused before any request
+
+
+def test_a_batched_call_is_reserved_and_priced_with_the_batch_discount():
+    async def go() -> None:
+        book = Ledger.build({"model": (Price(**PRICE, batch_discount=0.5), "openai", None)}, 0.01)
+        t = book.ticket("model", 1000 - TEMPLATE_TOKENS, 200, batched=True)
+        assert t.worst == Fraction(3, 2000) and await t.reserve()
+        assert book.settle("model", result(400, 100), t).cost_usd == pytest.approx(0.0007)
+    asyncio.run(go())
+
+
+def test_the_progress_line_shows_spend_against_the_cap(caplog):
+    import logging
+
+    from wildtrace.runtime.pipeline import Counters
+    from wildtrace.runtime.run import _Progress
+
+    async def go() -> Ledger:
+        book = ledger(run_cap=5.0)
+        t = book.ticket("model", 1000, 200)
+        await t.reserve()
+        book.settle("model", result(1_000_000, 23_000), t)  # $1 + $0.23
+        return book
+    book = asyncio.run(go())
+    assert book.progress() == "spent $1.23/$5.00"
+    capped = Ledger.build({"model": (Price(**PRICE), "openai", 2.0)}, None)
+    assert capped.progress() == "spent model $0.00/$2.00"
+    assert Ledger.build({"model": (Price(), "openai", None)}, None).progress() == ""  # no price, no cap: nothing
+    progress = _Progress(3, False, 30.0, {}, book)
+    with caplog.at_level(logging.INFO, logger="wildtrace"):
+        progress.line(Counters())
+    assert caplog.records[-1].getMessage().endswith("· spent $1.23/$5.00")

@@ -70,6 +70,7 @@ class Ticket:
     ledger: Ledger
     label: str
     worst: Fraction | None  # None: no cap applies (nothing to reserve)
+    batched: bool = False  # sent through a provider's batch API: priced with its batch discount
     reserved: bool = False
     refused: bool = False
 
@@ -134,13 +135,16 @@ class Ledger:
                 raise BudgetError(f"{cap} is set but {key_of[label]} has no {key_of[label]}.price.{missing[0]}: "
                                   "a cap cannot hold over a price nobody knows (set it, or drop the cap)")
 
-    def ticket(self, label: str, body_bytes: int, max_tokens: int) -> Ticket:
-        """A ticket for one call: its worst case when a cap applies, else nothing to reserve."""
+    def ticket(self, label: str, body_bytes: int, max_tokens: int, batched: bool = False) -> Ticket:
+        """A ticket for one call: its worst case when a cap applies, else nothing to reserve.
+
+        ``batched``: the call goes through a batch API (a batch transport sets it): its worst case
+        and its cost take the price's batch discount."""
         account = self.account(label)
         if not self.capped(label) or account.price is None:
-            return Ticket(self, label, None)
-        worst = exact_cost(account.price, _worst_usage(body_bytes, max_tokens))
-        return Ticket(self, label, worst)
+            return Ticket(self, label, None, batched)
+        worst = exact_cost(account.price, _worst_usage(body_bytes, max_tokens), batched)
+        return Ticket(self, label, worst, batched)
 
     def fits(self, label: str, amount: Fraction, settled: bool = False) -> bool:
         """Whether ``amount`` more fits under the endpoint's cap and the run's (``settled``: once nothing
@@ -202,7 +206,7 @@ class Ledger:
             self._notify()
         if result.reason == R.BUDGET_EXHAUSTED:
             return replace(result, cost_usd=0.0)
-        exact = self._cost(account, result)
+        exact = self._cost(account, result, ticket is not None and ticket.batched)
         if result.cached:
             if exact is None:
                 account.original_unknown += 1
@@ -219,14 +223,14 @@ class Ledger:
         return replace(result, cost_usd=_usd(exact))
 
     @staticmethod
-    def _cost(account: Account, result: CallResult) -> Fraction | None:
+    def _cost(account: Account, result: CallResult, batched: bool = False) -> Fraction | None:
         u = result.usage
         if u.prompt_tokens is None and u.completion_tokens is None and not result.ok:
             # No usage: an error status or a call never sent is not billed; a cut connection may be.
             sent_and_lost = result.attempts > 0 and (result.http_status is None or result.http_status < 400)
             return None if sent_and_lost else Fraction(0)
         return exact_cost(account.price, billable(u.prompt_tokens, u.completion_tokens, u.reasoning_tokens,
-                                                  u.cached_tokens, account.provider))
+                                                  u.cached_tokens, account.provider), batched)
 
     # ------------------------------------------------------------------ reporting
 
@@ -270,7 +274,8 @@ class Ledger:
                 if a.cap is not None]
         if caps:
             return "spent " + " ".join(caps)
-        return "" if total is None else f"spent ${total:.2f}"
+        unpriced = any(a.price is None or a.price.missing() for a in self.accounts.values())
+        return "" if total is None or unpriced else f"spent ${total:.2f}"
 
 
 def _worst_usage(body_bytes: int, max_tokens: int) -> Billable:
