@@ -249,6 +249,7 @@ def test_a_judge_cap_holds_judgments_back_without_counting_them_against_anyone(t
     assert summary["overall"] == pytest.approx(60.0 * len(judged) / N_TASKS)  # All: zero-filled, as a missing answer
     assert summary["judges"]["a"]["n_unavailable"] == 0  # never sent is not the judge's failure
     assert result.exit_code == EXIT_BUDGET and "judge_panel.judges.a.max_usd" in result.headline
+    assert all("would pass judge_panel.judges.a.max_usd=$0.004" in j["error"] for j in held)
 
 
 def test_a_cap_over_an_endpoint_without_a_price_fails_before_any_request(tmp_path, release):

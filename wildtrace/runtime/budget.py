@@ -105,6 +105,8 @@ class Ledger:
     accounts: dict[str, Account] = field(default_factory=dict)
     run_cap: Fraction | None = None
     _change: asyncio.Event | None = field(default=None, repr=False)
+    #: label → the config key its settings live under (model, judge_panel.judges.<key>), for messages.
+    keys: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def build(cls, prices: Mapping[str, tuple[Price | None, str, float | None]], run_cap: float | None) -> Ledger:
@@ -125,6 +127,7 @@ class Ledger:
 
     def check(self, labels: Iterable[str], key_of: Mapping[str, str]) -> None:
         """Refuse a cap over an endpoint with no price, before any request (``key_of``: label → config key)."""
+        self.keys.update(key_of)
         for label in labels:
             account = self.account(label)
             if not self.capped(label):
@@ -188,7 +191,7 @@ class Ledger:
         """Why a call of worst case ``amount`` was not sent: which cap, and what was committed against it."""
         account = self.account(label)
         if account.cap is not None and account.committed() + amount > account.cap:
-            cap, committed = f"{label}.max_usd=${_usd(account.cap)}", account.committed()
+            cap, committed = f"{self.keys.get(label, label)}.max_usd=${_usd(account.cap)}", account.committed()
         else:
             cap, committed = f"budget.max_usd=${_usd(self.run_cap or Fraction(0))}", self.committed()
         return (f"not sent: its worst case ${_usd(amount)} would pass {cap} (${_usd(committed)} spent or in "
