@@ -310,3 +310,22 @@ def test_the_progress_line_shows_spend_against_the_cap(caplog):
     with caplog.at_level(logging.INFO, logger="wildtrace"):
         progress.line(Counters())
     assert caplog.records[-1].getMessage().endswith("· spent $1.23/$5.00")
+
+
+def test_a_run_cap_holds_over_the_model_and_its_judges_together(tmp_path, release):
+    tasks, corpus = release
+    judge_price = dict(input_per_mtok=2.0, output_per_mtok=5.0)
+    with LoopbackServer(TwoAtOnce()) as server:
+        judge = {**openai_judge(server.url, "judge-a"), "stream": False, "price": judge_price, "max_concurrency": 3}
+        cap = round(worst_case(tasks, corpus) * 9, 6)
+        result = run(settings(tmp_path / "a", overrides(server.url, tasks, corpus, tmp_path / "cache",
+                                                        "judge_panel.max_tokens=300", f"budget.max_usd={cap}"),
+                              judges={"a": judge}))
+    answers = [c for c in server.calls if c.route == "test-model"]
+    judged = [c for c in server.calls if c.route == "judge-a"]
+    spent = billed(answers) + billed(judged, judge_price)
+    assert answers and judged and len(answers) < N_TASKS
+    assert spent <= Decimal(str(cap))  # by the endpoints' own usage figures, both endpoints together
+    assert abs(Decimal(str(result.stats["cost"]["total_usd"])) - spent) < Decimal("1e-8")
+    assert result.summary["n_budget_exhausted"] == N_TASKS - result.summary["n_scored"] > 0
+    assert result.exit_code == EXIT_BUDGET
