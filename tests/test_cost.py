@@ -325,3 +325,57 @@ def test_report_has_a_cost_column_and_cost_per_point(tmp_path, release):
         assert row["usd_per_point"] == pytest.approx(row["cost_usd"] / row["overall"])
         view = leaderboard_view(board)
         assert {"cost USD", "USD / point"} <= set(view.columns)
+
+
+def wire_usage(call: Call) -> tuple[int, int, int]:
+    """(input, cached, output+reasoning) each wire format reports for this call, proportional to the prompt."""
+    prompt = math.ceil(len(call.prompt) / 4)
+    return prompt, prompt // 2, 300 + 70
+
+
+def anthropic_or_gemini(call: Call) -> Reply:
+    from loopback import sse
+
+    inp, cached, out = wire_usage(call)
+    if call.path.endswith("/v1/messages"):  # input_tokens excludes the cache read, output_tokens holds thinking
+        events = [
+            {"type": "message_start", "message": {"id": "m", "type": "message", "role": "assistant", "content": [],
+                                                  "model": "claude-opus-4-6", "stop_reason": None, "usage": {
+                                                      "input_tokens": inp - cached, "cache_read_input_tokens": cached,
+                                                      "output_tokens": 1}}},
+            {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+            {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "The seal was worn."}},
+            {"type": "content_block_stop", "index": 0},
+            {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": out}},
+            {"type": "message_stop"}]
+        return sse(*events, names=[e["type"] for e in events])
+    # Gemini: thoughtsTokenCount beside candidatesTokenCount, cachedContentTokenCount inside promptTokenCount
+    return sse({"candidates": [{"content": {"parts": [{"text": '{"points_awarded":[40],"total":40}'}], "role": "model"},
+                                "finishReason": "STOP"}],
+                "usageMetadata": {"promptTokenCount": inp, "cachedContentTokenCount": cached,
+                                  "candidatesTokenCount": 300, "thoughtsTokenCount": 70},
+                "modelVersion": "gemini-2.5-flash"})
+
+
+def test_shipped_prices_bill_anthropic_and_gemini_usage_to_the_cent(tmp_path, release):
+    tasks, corpus = release
+    with LoopbackServer(anthropic_or_gemini) as server:
+        cfg = settings(tmp_path, ["model=claude-opus-4.6", f"model.base_url={server.url}",
+                                  f"model.api_key_env={TEST_KEY_ENV}", f"dataset.tasks={tasks}",
+                                  f"dataset.corpus={corpus}", "judge_panel=paper_only_gemini_flash",
+                                  f"judge_panel.judges.gemini_flash.base_url={server.url}",
+                                  f"judge_panel.judges.gemini_flash.api_key_env={TEST_KEY_ENV}",
+                                  "judge_panel.judges.gemini_flash.price.cached_input_per_mtok=0.03"])
+        result = run(cfg)
+    opus, flash = cfg.model.price, cfg.judge_panel.judges["gemini_flash"].price
+    assert (opus.input_per_mtok, opus.output_per_mtok, opus.cached_input_per_mtok) == (5.0, 25.0, 0.5)  # the file's
+    want = {"model": Decimal(0), "gemini_flash": Decimal(0)}
+    for c in server.calls:
+        inp, cached, out = wire_usage(c)
+        label, p = ("model", opus) if c.path.endswith("/v1/messages") else ("gemini_flash", flash)
+        want[label] += independent(p, inp, cached, out)
+    cost = result.stats["cost"]["endpoints"]
+    assert len(server.calls) == 8
+    for label in want:
+        assert cents(cost[label]["cost_usd"]) == cents(want[label])
+        assert abs(Decimal(str(cost[label]["cost_usd"])) - want[label]) < Decimal("1e-8")
