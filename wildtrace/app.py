@@ -65,12 +65,22 @@ def route_console_to_stderr(root: logging.Logger | None = None) -> None:
                 handler.addFilter(_NotHeadline())
 
 
-def prepare(dict_cfg: DictConfig, overrides: list[str] | None = None) -> WildtraceConfig:
-    """The composed config as validated settings: unknown keys (also ``+key=`` additions) fail first."""
+def prepare(dict_cfg: DictConfig, overrides: list[str] | None = None, refuse_retired: bool = True) -> WildtraceConfig:
+    """The composed config as validated settings: unknown keys (also ``+key=`` additions) fail first.
+
+    A retired first-party route (docs/routes.md) fails before any request; an entry point that
+    sends nothing (the estimate) passes ``refuse_retired=False`` and gets a warning instead.
+    """
     check_overrides(overrides or [])
     check_known_keys(dict_cfg)
     settings = to_settings(dict_cfg)
-    check_retired(settings, Path(CONF_DIR))  # docs/routes.md: a retired first-party route fails before any request
+    try:
+        check_retired(settings, Path(CONF_DIR))
+    except ConfigError as exc:
+        if refuse_retired:
+            raise
+        logging.getLogger("wildtrace").warning("%s. A run of this config would be refused before any request; "
+                                               "it is estimated all the same", exc)
     return settings
 
 

@@ -17,6 +17,7 @@ from typing import Any, Optional
 from omegaconf import MISSING, OmegaConf
 
 from wildtrace.core.caps import Caps
+from wildtrace.core.cost import Price
 from wildtrace.providers.base import check_reasoning
 
 PROVIDERS = ("openai", "anthropic", "gemini", "offline")
@@ -82,6 +83,33 @@ class ServedModelConfig:
 
 
 @dataclass
+class PriceConfig:
+    """An endpoint's price (USD per million tokens, as the provider's pricing page lists it; docs/cost.md).
+
+    Every field may be null: a price nobody confirmed stays unknown, and so does every cost made from it.
+    """
+
+    #: Input tokens (not read from the provider's prompt cache).
+    input_per_mtok: Optional[float] = None
+    #: Output tokens; reasoning tokens are billed as output.
+    output_per_mtok: Optional[float] = None
+    #: Input tokens read from the provider's prompt cache.
+    cached_input_per_mtok: Optional[float] = None
+    #: A long-context tier: a request with more input tokens than this is billed whole at the multipliers.
+    above_input_tokens: Optional[int] = None
+    #: The tier's factor on input (and cached input) prices.
+    input_multiplier: Optional[float] = None
+    #: The tier's factor on the output price.
+    output_multiplier: Optional[float] = None
+    #: The fraction taken off a batched call (0.5 = half price); null where the provider offers none.
+    batch_discount: Optional[float] = None
+    #: Where the price was read (the pricing page's address).
+    source: Optional[str] = None
+    #: The date it was read (YYYY-MM-DD).
+    as_of: Optional[str] = None
+
+
+@dataclass
 class EndpointConfig:
     """What every endpoint has. ``api_key_env`` is the NAME of the env var, never the key."""
 
@@ -115,6 +143,10 @@ class EndpointConfig:
     retired: Optional[RetiredConfig] = None
     #: The served-model rule: a response naming another model is warned about or refused.
     served_model: ServedModelConfig = field(default_factory=ServedModelConfig)
+    #: What the endpoint costs (docs/cost.md); null fields: unknown, and so is the cost.
+    price: PriceConfig = field(default_factory=PriceConfig)
+    #: A spend cap for this endpoint alone, in USD (null: none); see budget.max_usd.
+    max_usd: Optional[float] = None
 
 
 @dataclass
@@ -221,6 +253,24 @@ class MlflowConfig:
 
 
 @dataclass
+class BudgetConfig:
+    """The whole run's spend cap (docs/cost.md): no call is sent whose worst case would pass it."""
+
+    #: USD for every endpoint of the run together; null: no cap.
+    max_usd: Optional[float] = None
+
+
+@dataclass
+class EstimateConfig:
+    """``python -m wildtrace.estimate``: the low end of the output range (the high end is max_tokens)."""
+
+    #: A typical answer's output tokens (reasoning included): the low estimate of each answer call.
+    answer_tokens: int = 1500
+    #: A typical judge reply's output tokens: the low estimate of each judge call.
+    judge_tokens: int = 600
+
+
+@dataclass
 class WildtraceConfig:
     """The whole run."""
 
@@ -232,6 +282,8 @@ class WildtraceConfig:
     cache: CacheConfig = field(default_factory=CacheConfig)
     mlflow: MlflowConfig = field(default_factory=MlflowConfig)
     gateway: GatewayConfig = field(default_factory=GatewayConfig)
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
+    estimate: EstimateConfig = field(default_factory=EstimateConfig)
     #: all | answer | judge
     stage: str = "all"
     #: With stage=judge: a responses.json (or JSON rows) to judge.
@@ -273,6 +325,13 @@ def effective_max_tokens(model: ModelConfig, decoding: DecodingConfig) -> int:
     return REASONING_BUDGET if model.reasoning else DEFAULT_BUDGET
 
 
+def price_of(e: EndpointConfig) -> Price:
+    """The core's Price value for an endpoint config (source and date are for people, not sums)."""
+    p = e.price
+    return Price(p.input_per_mtok, p.output_per_mtok, p.cached_input_per_mtok, p.above_input_tokens,
+                 p.input_multiplier, p.output_multiplier, p.batch_discount)
+
+
 def caps_of(model: ModelConfig) -> Caps:
     """The core's Caps value for a model config."""
     return Caps(en=model.caps.en, cjk=model.caps.cjk)
@@ -297,6 +356,24 @@ def _check_endpoint(prefix: str, e: EndpointConfig) -> None:
         check_reasoning(e.provider, e.reasoning_format, None, e.route)
     except ValueError as exc:
         raise ConfigError(f"{prefix}.reasoning_format: {exc}") from None
+
+
+def _check_price(prefix: str, e: EndpointConfig) -> None:
+    p = e.price
+    for name in ("input_per_mtok", "output_per_mtok", "cached_input_per_mtok"):
+        value = getattr(p, name)
+        if value is not None and not (value >= 0 and value != float("inf")):
+            raise ConfigError(f"{prefix}.price.{name} must be a non-negative number of USD or null, got {value}")
+    for name in ("input_multiplier", "output_multiplier"):
+        value = getattr(p, name)
+        if value is not None and not (1 <= value < float("inf")):
+            raise ConfigError(f"{prefix}.price.{name} must be at least 1 (a tier costs more), got {value}")
+    if p.above_input_tokens is not None and p.above_input_tokens < 0:
+        raise ConfigError(f"{prefix}.price.above_input_tokens must be >= 0 or null, got {p.above_input_tokens}")
+    if p.batch_discount is not None and not 0 <= p.batch_discount < 1:
+        raise ConfigError(f"{prefix}.price.batch_discount must be within [0, 1), got {p.batch_discount}")
+    if e.max_usd is not None and not e.max_usd > 0:
+        raise ConfigError(f"{prefix}.max_usd must be positive or null, got {e.max_usd}")
 
 
 def _check_temperature(key: str, temperature: float, providers: dict[str, str]) -> None:
@@ -326,6 +403,13 @@ def validate(cfg: WildtraceConfig) -> WildtraceConfig:
     apply_gateway(cfg)
     if cfg.stage != "judge":
         _check_endpoint("model", cfg.model)
+    _check_price("model", cfg.model)
+    for key, judge in cfg.judge_panel.judges.items():
+        _check_price(f"judge_panel.judges.{key}", judge)
+    if cfg.budget.max_usd is not None and not cfg.budget.max_usd > 0:
+        raise ConfigError(f"budget.max_usd must be positive or null, got {cfg.budget.max_usd}")
+    if cfg.estimate.answer_tokens < 0 or cfg.estimate.judge_tokens < 0:
+        raise ConfigError("estimate.answer_tokens and estimate.judge_tokens must be >= 0")
     if cfg.model.budget_field not in BUDGET_FIELDS:
         raise ConfigError(f"model.budget_field must be one of {BUDGET_FIELDS}, got {cfg.model.budget_field!r}")
     if cfg.model.caps.en < 1 or cfg.model.caps.cjk < 1:

@@ -216,7 +216,14 @@ def leaderboard_view(board: pd.DataFrame) -> pd.DataFrame:
                      zip(board["overall_min"], board["overall_max"], board["n_runs"])]
     for column in ("n_scored", "n_out_of_context", "n_failed", "n_tasks"):
         view[column] = board[column]
+    if "cost_usd" in board:  # USD the outcomes cost, and per point of the All view ("—" when unknown)
+        view["cost USD"] = [_usd(v) for v in board["cost_usd"]]
+        view["USD / point"] = [_usd(v) for v in board["usd_per_point"]]
     return view
+
+
+def _usd(value: Any) -> str:
+    return "—" if value is None or value != value else f"{value:,.4f}" if value < 1 else f"{value:,.2f}"
 
 
 def page(report: Report, pngs: dict[str, bytes]) -> str:

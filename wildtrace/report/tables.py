@@ -222,6 +222,16 @@ def _counts(run: RunData) -> dict[str, int]:
             "n_out_of_context": int(statuses.get(R.OUT_OF_CONTEXT, 0)), "n_failed": int(statuses.get(R.FAILED, 0))}
 
 
+def cost_columns(runs: Sequence[RunData], overall: float | None) -> dict[str, float | None]:
+    """USD a run's outcomes cost (paid, or paid earlier when cached; mean over replicates) and USD per point
+    of the All view. Unknown (a price missing, or runs from before costs were recorded) stays None."""
+    costs = [(r.stats.get("cost") or {}).get("results_usd") for r in runs]
+    if not costs or any(c is None for c in costs):
+        return {"cost_usd": None, "usd_per_point": None}
+    cost = float(np.mean(costs))
+    return {"cost_usd": cost, "usd_per_point": cost / overall if overall else None}
+
+
 def _count(value: float) -> int | float:
     """A count averaged over replicates: whole when they agree (the usual case), else the mean."""
     return int(value) if float(value).is_integer() else float(value)
@@ -252,6 +262,7 @@ def leaderboard(groups: Sequence[Group], boot: Bootstrap = Bootstrap()) -> pd.Da
             "scored": sc["mean"], "scored_ci_low": _pct(slo), "scored_ci_high": _pct(shi),
             "n_runs": len(g.runs), "overall_sd": o["sd"], "overall_min": o["min"], "overall_max": o["max"],
             **{k: _count(counts[k]) for k in ("n_scored", "n_out_of_context", "n_failed", "n_tasks")},
+            **cost_columns(g.runs, o["mean"]),
         })
     frame = pd.DataFrame(rows)
     return frame.sort_values("overall", ascending=False, kind="stable").reset_index(drop=True) if len(frame) else frame

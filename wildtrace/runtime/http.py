@@ -36,6 +36,7 @@ from wildtrace.core import jsonsafe
 from wildtrace.core import records as R
 from wildtrace.core.records import CallResult, Usage
 from wildtrace.providers.base import IncompleteStream, Provider, StreamError, WireRequest
+from wildtrace.runtime.budget import Ticket
 from wildtrace.runtime.cache import Cache, StorageError, cache_key
 from wildtrace.runtime.ratelimit import AdaptiveLimit
 from wildtrace.runtime.retry import FAIL, QUOTA, RetryPolicy, classify, retry_hint, temperature_rejected
@@ -231,11 +232,13 @@ class Endpoint:
         return Prepared(request, replicate, content, key, material)
 
     async def call(self, request: WireRequest, replicate: int = 0, cost_tokens: int = 0,
-                   prepared: Prepared | None = None) -> CallResult:
+                   prepared: Prepared | None = None, ticket: Ticket | None = None) -> CallResult:
         """The outcome of one logical request: from the cache, or fetched (with retries) and stored.
 
         ``cost_tokens`` is the request's estimated size, for pacing against a token budget;
-        ``prepared``: ``prepare(request, replicate)`` already made (off the event loop).
+        ``prepared``: ``prepare(request, replicate)`` already made (off the event loop);
+        ``ticket``: the call's claim on a spend cap, reserved on a cache miss just before sending
+        (runtime/budget.py); refused, the call is not sent and comes back ``budget_exhausted``.
         """
         while True:
             if self.temperature_dropped:
@@ -250,6 +253,8 @@ class Endpoint:
                 hit = self._lookup(key, request)  # another process may have paid for it while we waited
                 if hit is not None:
                     return hit
+                if ticket is not None and not await ticket.reserve():
+                    return ticket.refusal()  # never stored: a rerun with a higher cap sends it
                 result = await self._fetch(request, content, cost_tokens, replicate)
                 if result is _RESEND:
                     continue

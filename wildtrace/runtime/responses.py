@@ -12,7 +12,7 @@ from wildtrace.core.tasks import DatasetError
 
 #: Where answer text may sit in a foreign row, in order of preference.
 TEXT_FIELDS = ("response", "answer", "output", "text", "raw_answer")
-STATUSES = (R.ANSWERED, R.FAILED, R.OUT_OF_CONTEXT)
+STATUSES = (R.ANSWERED, R.FAILED, R.OUT_OF_CONTEXT, R.BUDGET_EXHAUSTED)
 
 
 def _rows(data: Any, source: str) -> list:

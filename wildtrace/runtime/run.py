@@ -22,13 +22,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from wildtrace import __version__
-from wildtrace.config import EndpointConfig, WildtraceConfig, caps_of, effective_max_tokens
+from wildtrace.config import ConfigError, EndpointConfig, WildtraceConfig, caps_of, effective_max_tokens, price_of
 from wildtrace.config_check import spec_warnings
 from wildtrace.core import views
 from wildtrace.core.events import RunEnd, RunObserver, RunStart
 from wildtrace.core.prompts import PROMPTS_VERSION, prompts_sha256
 from wildtrace.providers.base import EndpointSpec, Sampling
 from wildtrace.providers.registry import make_provider
+from wildtrace.runtime.budget import BudgetError, Ledger
 from wildtrace.runtime.cache import Cache, StorageError, check_writable
 from wildtrace.runtime.dataset import Dataset, load_dataset
 from wildtrace.runtime.http import Endpoint
@@ -44,6 +45,8 @@ log = logging.getLogger("wildtrace")
 #: Exit statuses: a finished run, an endpoint whose every call failed or a store that failed,
 #: and a stop by signal (the shell's 128 + signal number).
 EXIT_OK, EXIT_FAILED = 0, 1
+#: A spend cap kept calls from being sent (exit 2 is a config, key or data error before any request).
+EXIT_BUDGET = 4
 EXIT_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
 
@@ -92,6 +95,28 @@ def samplings(cfg: WildtraceConfig) -> tuple[Sampling, Sampling]:
     answer = Sampling(cfg.decoding.temperature, effective_max_tokens(cfg.model, cfg.decoding),
                       reasoning_effort=cfg.decoding.reasoning_effort)
     return answer, Sampling(cfg.judge_panel.temperature, cfg.judge_panel.max_tokens)
+
+
+def endpoint_configs(cfg: WildtraceConfig) -> dict[str, EndpointConfig]:
+    """label → the endpoint's config: "model" and each judge key."""
+    return {"model": cfg.model, **cfg.judge_panel.judges}
+
+
+def config_prefix(label: str) -> str:
+    """The config key an endpoint's settings live under."""
+    return "model" if label == "model" else f"judge_panel.judges.{label}"
+
+
+def make_ledger(cfg: WildtraceConfig, specs: Sequence[EndpointSpec], needed: Sequence[str] = ()) -> Ledger:
+    """The run's prices and caps; a cap over an endpoint in ``needed`` with no price fails here (exit 2)."""
+    configs = endpoint_configs(cfg)
+    ledger = Ledger.build({s.label: (price_of(configs[s.label]), s.provider, configs[s.label].max_usd)
+                           for s in specs}, cfg.budget.max_usd)
+    try:
+        ledger.check(needed, {s.label: config_prefix(s.label) for s in specs})
+    except BudgetError as exc:
+        raise ConfigError(str(exc)) from None
+    return ledger
 
 
 def key_config(spec: EndpointSpec) -> str:
@@ -199,9 +224,11 @@ def headline(cfg: WildtraceConfig, summary: dict | None, outcome: Outcome, out_d
         lines.append(f"overall (All view): {overall}   scored: {scored} (n={summary['n_scored']})")
         lines.append(f"scored {summary['n_scored']} · unscored {summary['n_unscored']} · failed {summary['n_failed']}"
                      f" · out of context {summary['n_out_of_context']} · missing {summary['n_missing']}"
-                     f" · of {summary['n_total']}")
+                     + (f" · budget_exhausted {summary['n_budget_exhausted']}"
+                        if summary.get("n_budget_exhausted") else "") + f" · of {summary['n_total']}")
     else:
-        lines.append(f"answered {c.answered} · failed {c.failed} · out of context {c.out_of_context}")
+        lines.append(f"answered {c.answered} · failed {c.failed} · out of context {c.out_of_context}"
+                     + (f" · budget_exhausted {c.budget_exhausted}" if c.budget_exhausted else ""))
     calls = sum(c.calls.values())
     lines.append(f"calls: {calls} ({stats['cache_hits']} from the cache, {sum(stats['requests'].values())} requests "
                  f"sent, {stats['retries']} retries)")
@@ -214,8 +241,10 @@ def headline(cfg: WildtraceConfig, summary: dict | None, outcome: Outcome, out_d
 class _Progress:
     """A tqdm bar on a terminal; elsewhere a log line every ``every_s`` seconds (and at the end)."""
 
-    def __init__(self, total: int, enabled: bool, every_s: float, endpoints: dict[str, Endpoint]) -> None:
+    def __init__(self, total: int, enabled: bool, every_s: float, endpoints: dict[str, Endpoint],
+                 ledger: Ledger | None = None) -> None:
         self.total, self.every_s, self.endpoints = total, every_s, endpoints
+        self.ledger = ledger or Ledger()
         self.started = time.monotonic()
         self.last = self.started
         self.bar = None
@@ -229,7 +258,9 @@ class _Progress:
         if self.bar is not None:
             if task_done:
                 self.bar.update(1)
-            self.bar.set_postfix(c.as_postfix(), refresh=False)
+            spend = self.ledger.progress()
+            self.bar.set_postfix({**c.as_postfix(), **({"usd": spend.removeprefix("spent ")} if spend else {})},
+                                 refresh=False)
         elif self.lines and time.monotonic() - self.last >= self.every_s:
             self.line(c)
 
@@ -239,8 +270,9 @@ class _Progress:
         elapsed = max(self.last - self.started, 1e-9)
         limits = " ".join(f"{label}={e.limit.limit}" for label, e in self.endpoints.items())
         log.info("progress: %d/%d tasks (%.2f/s) · ok %d · failed %d · ooc %d · judged %d · unavailable %d · "
-                 "retries %d · limits %s", c.tasks_done, self.total, c.tasks_done / elapsed, c.answered, c.failed,
-                 c.out_of_context, c.judged, c.judge_unavailable, c.retries, limits)
+                 "retries %d · limits %s%s", c.tasks_done, self.total, c.tasks_done / elapsed, c.answered, c.failed,
+                 c.out_of_context, c.judged, c.judge_unavailable, c.retries, limits,
+                 f" · {spend}" if (spend := self.ledger.progress()) else "")
 
     def close(self, c: Counters) -> None:
         """End the bar, or write the last line."""
@@ -313,6 +345,19 @@ def _survey(cfg: WildtraceConfig, dataset: Dataset, specs: list[EndpointSpec], c
                   cfg.decoding.replicate, cfg.judge_panel.replicate, given)
 
 
+def plan_run(cfg: WildtraceConfig) -> tuple[Dataset, list[EndpointSpec], Survey]:
+    """What ``run`` would send, found as ``run`` finds it (dataset, stage, caps, cache, replicates), sending nothing.
+
+    The estimate's entry: the same loading, the same survey, no keys read and no folder written.
+    """
+    dataset = load_dataset(cfg.dataset.tasks, cfg.dataset.corpus, cfg.dataset.ids, cfg.dataset.limit)
+    specs = stage_specs(cfg)
+    given = load_responses(cfg.responses, {t.question_id for t in dataset.tasks}) if cfg.stage == "judge" else None
+    cache = Cache(Path(cfg.cache.dir), cfg.cache.enabled)
+    answer_sampling, judge_sampling = samplings(cfg)
+    return dataset, specs, _survey(cfg, dataset, specs, cache, given, answer_sampling, judge_sampling)
+
+
 def run(cfg: WildtraceConfig, overrides: Sequence[str] = (), parent_run_id: str | None = None,
         observer: RunObserver | None = None) -> RunResult:
     """Execute one job. Raises DatasetError / ConfigError / MissingKeyError / StorageError before any request.
@@ -334,6 +379,7 @@ def run(cfg: WildtraceConfig, overrides: Sequence[str] = (), parent_run_id: str 
     answer_sampling, judge_sampling = samplings(cfg)
     rules = served.policies(cfg)
     plan_counts = _survey(cfg, dataset, specs, cache, given, answer_sampling, judge_sampling)
+    ledger = make_ledger(cfg, specs, [s.label for s in specs if plan_counts.needs(s.label)])
     keys = read_keys(key_needs([s for s in specs if plan_counts.needs(s.label)]))
     log.info("%s", plan_counts.describe([s.label for s in specs if s.label != "model"]))
 
@@ -351,7 +397,7 @@ def run(cfg: WildtraceConfig, overrides: Sequence[str] = (), parent_run_id: str 
         dataset=dataset, caps=caps_of(cfg.model), answer_sampling=answer_sampling, judge_sampling=judge_sampling,
         answer_replicate=cfg.decoding.replicate, judge_replicate=cfg.judge_panel.replicate,
         model=endpoints.get("model"), judges=[endpoints[s.label] for s in specs if s.label != "model"],
-        given_answers=given, grace_s=cfg.stop_grace_s, served=rules,
+        given_answers=given, grace_s=cfg.stop_grace_s, served=rules, ledger=ledger,
     )
     warnings = [{"code": code, "message": message} for code, message in spec_warnings(cfg)]
     for w in warnings:
@@ -361,25 +407,29 @@ def run(cfg: WildtraceConfig, overrides: Sequence[str] = (), parent_run_id: str 
     observer.run_started(RunStart(out_dir=str(out_dir), config=config, n_tasks=len(dataset.tasks),
                                   run_date=run_date, parent_run_id=parent_run_id))
     signals: list[int] = []
-    progress = _Progress(len(dataset.tasks), cfg.progress, cfg.progress_every_s, endpoints)
+    progress = _Progress(len(dataset.tasks), cfg.progress, cfg.progress_every_s, endpoints, ledger)
     outcome = asyncio.run(_execute(plan, counters, progress, observer, signals))
 
     with deferred_signals(signals):
-        result = _write(cfg, dataset, outcome, out_dir, endpoints, counters, overrides, run_date, warnings, config)
+        result = _write(cfg, dataset, outcome, out_dir, endpoints, counters, overrides, run_date, warnings, config,
+                        ledger)
         status = "partial" if outcome.stopped else "finished"
         run_id = observer.run_finished(RunEnd(out_dir=str(out_dir), status=status))
         if cfg.mlflow.enabled:
             result.headline += (f"\nmlflow: {'run ' + run_id if run_id else 'NOT logged (see above)'} "
                                 f"at {cfg.mlflow.tracking_uri}")
-    result.exit_code = _exit_code(outcome, counters, signals)
+    result.exit_code = _exit_code(outcome, counters, signals, ledger)
     if outcome.stopped:
         result.headline += f"\nresume with: {resume_command(overrides)}"
+    elif ledger.not_sent():
+        result.headline += f"\nresume with a higher cap: {resume_command(raised_caps(cfg, ledger, overrides))}"
     print(redact(result.headline))  # last, so the headline is what a user sees when the run ends
     return result
 
 
 def _write(cfg: WildtraceConfig, dataset: Dataset, outcome: Outcome, out_dir: Path, endpoints: dict[str, Endpoint],
-           counters: Counters, overrides: Sequence[str], run_date: str, warnings: list[dict], config: dict) -> RunResult:
+           counters: Counters, overrides: Sequence[str], run_date: str, warnings: list[dict], config: dict,
+           ledger: Ledger) -> RunResult:
     """The run files: responses, judgments, scores, stats, config."""
     judging = cfg.stage in ("all", "judge")
     rules = served.policies(cfg)
@@ -414,6 +464,7 @@ def _write(cfg: WildtraceConfig, dataset: Dataset, outcome: Outcome, out_dir: Pa
             "warnings": warnings,
             "overrides": list(overrides),
             "effective_max_tokens": effective_max_tokens(cfg.model, cfg.decoding),
+            "cost": ledger.stats(),
         }
         write_json(out_dir / "run_stats.json", stats)
         write_json(out_dir / "config.json", config)
@@ -421,15 +472,52 @@ def _write(cfg: WildtraceConfig, dataset: Dataset, outcome: Outcome, out_dir: Pa
         raise StorageError(exc.errno or 5, f"cannot write the run files in {out_dir}: {exc.strerror or exc}; "
                            "every outcome received is in the cache: rerun the same command") from None
     text = headline(cfg, summary, outcome, out_dir, stats)
+    text = text.replace(f"\nrun dir: {out_dir}", "".join(f"\n{line}" for line in cost_lines(stats["cost"]))
+                        + f"\nrun dir: {out_dir}")
     return RunResult(out_dir=out_dir, summary=summary, stats=stats, outcome=outcome, headline=text)
 
 
-def _exit_code(outcome: Outcome, counters: Counters, signals: list[int]) -> int:
+def _exit_code(outcome: Outcome, counters: Counters, signals: list[int], ledger: Ledger) -> int:
     if signals:
         return EXIT_SIGNAL.get(signal.Signals(signals[0]), 130)
     if outcome.stopped or all_failed(counters):
         return EXIT_FAILED
+    if ledger.not_sent():
+        return EXIT_BUDGET
     return EXIT_OK
+
+
+def money(value: float | None) -> str:
+    """USD for a person: unknown stays unknown."""
+    return "unknown" if value is None else f"${value:,.4f}" if value < 1 else f"${value:,.2f}"
+
+
+def cost_lines(cost: dict) -> list[str]:
+    """The headline's cost: the total and each endpoint's, and what a cap held back."""
+    parts = ", ".join(f"{label} {money(row['cost_usd'])}"
+                      + (f" (+{row['calls_cost_unknown']} calls of unknown cost)" if row["calls_cost_unknown"] else "")
+                      for label, row in cost["endpoints"].items())
+    lines = [f"cost: {money(cost['total_usd'])} ({parts})"]
+    if cost["not_sent_budget"]:
+        caps = ([f"budget.max_usd={money(cost['max_usd'])}"] if cost["max_usd"] is not None else []) + \
+               [f"{config_prefix(label)}.max_usd={money(row['max_usd'])}" for label, row in cost["endpoints"].items()
+                if row["max_usd"] is not None]
+        lines.append(f"BUDGET CAP REACHED ({', '.join(caps)}): spent {money(cost['total_usd'])}; "
+                     f"{cost['not_sent_budget']} calls not sent (recorded as budget_exhausted, never cached: "
+                     "a rerun with a higher cap sends only them)")
+    return lines
+
+
+def raised_caps(cfg: WildtraceConfig, ledger: Ledger, overrides: Sequence[str]) -> list[str]:
+    """The overrides with every cap that held calls back doubled (any higher value does)."""
+    raised: dict[str, float] = {}
+    if cfg.budget.max_usd is not None:
+        raised["budget.max_usd"] = cfg.budget.max_usd * 2
+    for label, account in ledger.accounts.items():
+        if account.not_sent and account.cap is not None:
+            raised[f"{config_prefix(label)}.max_usd"] = float(account.cap) * 2
+    kept = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in raised]
+    return kept + [f"{key}={value:g}" for key, value in raised.items()]
 
 
 def config_dict(cfg: WildtraceConfig) -> dict:

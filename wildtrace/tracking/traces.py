@@ -93,6 +93,8 @@ def call_attributes(row: Mapping, model: str | None) -> dict[str, Any]:
                              MESSAGE_FORMAT: "openai"}
     if row.get("cached"):
         attrs["wildtrace.original_latency_s"] = row.get("original_latency_s")
+        attrs["wildtrace.original_cost_usd"] = row.get("original_cost_usd")
+    attrs["wildtrace.cost_usd"] = row.get("cost_usd")  # None (unknown) is left off, never written as 0
     if row.get("temperature_sent") is not None:
         sent = row["temperature_sent"]  # True, False, or "ignored" (sent; the provider documents it ignores it)
         attrs["wildtrace.temperature_sent"] = sent if isinstance(sent, str) else bool(sent)
