@@ -108,7 +108,8 @@ WORDS = {
     "sd_tasks_pp": "sd from tasks (pp)", "sd_answers_pp": "sd from answers (pp)", "sd_judges_pp": "sd from judges (pp)",
     "n_answer_replicates": "answer sets (n)", "n_judge_replicates": "gradings of an answer set (n)",
     "not_estimable": "not estimable, why", "question_id": "task", "item": "rubric item", "criterion": "criterion",
-    "n_answers": "answers (n)", "flip_rate": "flipped (share)", "split_rate": "judges differ (share of answers)",
+    "n_answers": "answers (n)", "flip_pct": "points flipped (% of answers)",
+    "split_pct": "judges differ (% of answers)",
     "mean_spread": "mean spread of points", "rank": "rank", "upper": "upper row", "lower": "lower row",
     "gap_pp": "gap (pp)", "ci_low_pp": "95% CI low (pp)", "ci_high_pp": "95% CI high (pp)",
     "n_tasks": "tasks (n)", "within_noise": "within noise", "noise": "against noise",
@@ -329,7 +330,8 @@ def _judge_agreement_html(report: Report, pngs: dict[str, bytes]) -> str:
                     f"({r.n_parse_failures} parse failures, {r.n_call_failures} call failures)</li>"
                     for r in silent.itertuples(index=False))
     intra = intra_rater_frame(agreement)
-    flips = report.item_flips.head(20) if len(report.item_flips) else report.item_flips
+    flips = _rates_in_pct(report.item_flips[report.item_flips["flip_rate"] > 0].head(20)) \
+        if len(report.item_flips) else report.item_flips
     return (f"<p>Between judges: pooled over {agreement.get('n_runs', 0)} runs, {agreement.get('n_units', 0)} "
             f"(run, task) units. Krippendorff's alpha (interval): <b>{_cell(alpha)}</b>, "
             f"{html.escape(interpretation(alpha))}. Krippendorff's thresholds: ≥ 0.8 reliable, ≥ 0.667 tentative, "
@@ -347,6 +349,21 @@ def _judge_agreement_html(report: Report, pngs: dict[str, bytes]) -> str:
             + _table(intra, "(no judge replicate: run the same answers with judge_panel.replicate=1,2)")
             + ("<h4>Rubric items that flip most between replicates (top 20)</h4>" + _table(flips)
                if len(flips) else ""))
+
+
+#: Criterion text shown on the page (the CSVs keep it whole).
+CRITERION_CHARS = 160
+
+
+def _rates_in_pct(frame: pd.DataFrame) -> pd.DataFrame:
+    """A table for the page: *_rate columns (0–1) as *_pct, long criteria cut."""
+    out = frame.copy()
+    for column in [c for c in out.columns if c.endswith("_rate")]:
+        out[column[:-len("_rate")] + "_pct"] = 100.0 * out.pop(column).astype(float)
+    if "criterion" in out:
+        out["criterion"] = [c if not isinstance(c, str) or len(c) <= CRITERION_CHARS else c[:CRITERION_CHARS] + "…"
+                            for c in out["criterion"]]
+    return out
 
 
 def _gap_words(frame: pd.DataFrame) -> str:
@@ -372,13 +389,15 @@ def page(report: Report, pngs: dict[str, bytes]) -> str:
         "judge-agreement": _judge_agreement_html(report, pngs),
         "judge-splits": "<p>Rubric items where the judges of one run gave different points to the same answer, "
                         "most often first (top 20): each judge's mean points for the item.</p>"
-                        + _table(report.splits, "(no per-item points: judgments.json not read, or the judges "
+                        + _table(_rates_in_pct(report.splits), "(no per-item points: judgments.json not read, or the judges "
                                                 "never split)"),
         "replicates": _table(replicates) + _img(pngs.get("replicates.png"), "replicate spread"),
         "noise": "<p>For each row with replicates: the standard deviation of its overall score (pp) from task "
                  "sampling (bootstrap over tasks), answer sampling (decoding replicates) and judge sampling (judge "
                  "replicates), a nested design (docs/report-noise.md). A source that cannot be told apart from "
-                 "another is not estimable and says why.</p>"
+                 "another is not estimable and says why. These are the spreads of the row's score, the mean of "
+                 "its runs: one run's judge spread is √(runs) times larger. #replicates' sd across runs measures "
+                 "that directly, but from a few runs it is itself rough.</p>"
                  + _table(noise_frame(report.noise), "(no row with replicates)")
                  + _img(pngs.get("noise.png"), "variance by source"),
         "gaps": "<p>Each pair of neighbouring leaderboard rows: upper − lower over the tasks both ran, with a 95% "
