@@ -366,6 +366,31 @@ def _rates_in_pct(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def _signed(low: Any, high: Any) -> str:
+    """A difference's interval, signs shown: "−1.20 to +3.40"."""
+    if low is None or high is None or low != low or high != high:
+        return "—"
+    return f"{low:+.2f} to {high:+.2f}".replace("-", "−")
+
+
+def gaps_view(frame: pd.DataFrame) -> pd.DataFrame:
+    """comparisons or gaps for the page (it must fit 1400 px): each interval in one column, the
+    within-noise flag as its words, the judges' drift last."""
+    if frame.empty:
+        return frame
+    out = frame.copy()
+    if "noise_ci_low_pp" in out:  # comparisons: the task-only interval beside the one with replicates
+        out["95% CI, tasks only (pp)"] = [_signed(lo, hi) for lo, hi in zip(out["ci_low_pp"], out["ci_high_pp"])]
+        low, high = "noise_ci_low_pp", "noise_ci_high_pp"
+    else:
+        low, high = "ci_low_pp", "ci_high_pp"
+    out["95% CI, tasks and replicates (pp)"] = [_signed(lo, hi) for lo, hi in zip(out[low], out[high])]
+    out = out.drop(columns=[c for c in ("ci_low_pp", "ci_high_pp", "noise_ci_low_pp", "noise_ci_high_pp",
+                                        "within_noise") if c in out])
+    last = [c for c in ("noise", "judge_drift") if c in out]
+    return out[[c for c in out.columns if c not in last] + last]
+
+
 def _gap_words(frame: pd.DataFrame) -> str:
     if frame.empty:
         return ""
@@ -402,13 +427,13 @@ def page(report: Report, pngs: dict[str, bytes]) -> str:
                  + _img(pngs.get("noise.png"), "variance by source"),
         "gaps": "<p>Each pair of neighbouring leaderboard rows: upper − lower over the tasks both ran, with a 95% "
                 "interval from a paired bootstrap over tasks that also resamples each row's replicates.</p>"
-                + _gap_words(report.gaps) + _table(report.gaps, "(fewer than two rows)"),
+                + _gap_words(report.gaps) + _table(gaps_view(report.gaps), "(fewer than two rows)"),
         "comparisons": "<p>Pairs of rows that differ in exactly one setting; diff = b − a over the tasks "
                        "both ran (All view, percentage points). The first interval resamples tasks only; the one "
                        "with replicates also resamples each row's answer sets and gradings, and decides "
                        "<em>against noise</em>. <em>judges differ in</em> names a change of served model, route, "
                        "settings or prompt digest between the runs compared.</p>"
-                       + _gap_words(report.comparisons) + _table(report.comparisons),
+                       + _gap_words(report.comparisons) + _table(gaps_view(report.comparisons)),
         "provenance": _table(report.provenance),
     }
     sections = "".join(f'<section id="{sid}"><h2>{html.escape(title)}</h2>{body[sid]}</section>'
