@@ -291,8 +291,10 @@ def _table(frame: pd.DataFrame, empty: str = "(none)") -> str:
     return shown.to_html(index=False, escape=True, border=0)
 
 
+# overflow-wrap:anywhere lets provenance's run ids and panel strings wrap, so it fits a 1400 px window.
 CSS = ("body{font-family:sans-serif;margin:2em;max-width:1300px}table{border-collapse:collapse;margin:1em 0;"
-       "font-size:13px}td,th{border:1px solid #ccc;padding:3px 7px;text-align:left}th{background:#eee}"
+       "font-size:13px;max-width:100%}td,th{border:1px solid #ccc;padding:3px 7px;text-align:left}"
+       "#provenance td{overflow-wrap:anywhere}th{background:#eee}"
        "img{max-width:100%;display:block;margin:1em 0}section{margin-bottom:2.5em}")
 
 
