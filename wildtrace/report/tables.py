@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -434,9 +434,16 @@ def _answer_shas(run: RunData) -> dict[str, str]:
             and isinstance(r.get("response"), str)}
 
 
-def _unit(run: RunData, judge: str, qid: str, shas: dict[str, str]) -> str:
-    """The same answer bytes graded by the same judge with the same settings: one unit."""
-    return f"{_answers_key(run)[:16]}/{_judge_key(run, judge)[:16]}/{qid}/{shas.get(qid, '')}"
+def _unit_keys(run: RunData) -> Callable[[str, str], str]:
+    """(judge, question_id) → the unit: the same answer bytes graded by the same judge with the
+    same settings. The run's hashes are taken once (a release's worth of rows would rehash them)."""
+    answers, shas, judges = _answers_key(run)[:16], _answer_shas(run), {}
+
+    def unit(judge: str, qid: str) -> str:
+        if judge not in judges:
+            judges[judge] = _judge_key(run, judge)[:16]
+        return f"{answers}/{judges[judge]}/{qid}/{shas.get(qid, '')}"
+    return unit
 
 
 def judge_replicate_frames(runs: Sequence[RunData]) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -446,16 +453,16 @@ def judge_replicate_frames(runs: Sequence[RunData]) -> tuple[pd.DataFrame, pd.Da
     scores, items = [], []
     for run in runs:
         rep = run.config["judge_panel"].get("replicate", 0)
-        shas = _answer_shas(run)
+        unit = _unit_keys(run)
         for t in run.scores.get("tasks", []):
             for judge, v in (t.get("judges") or {}).items():
                 score = v.get("score") if v.get("status") == R.JUDGED else None
-                scores.append({noise.UNIT: _unit(run, judge, t["question_id"], shas), noise.JUDGE: judge,
+                scores.append({noise.UNIT: unit(judge, t["question_id"]), noise.JUDGE: judge,
                                noise.REPLICATE: rep, noise.SCORE: np.nan if score is None else float(score)})
         for j in run.judgments or []:
             if j.get("status") == R.JUDGED and j.get("points"):
-                unit = _unit(run, j["judge"], j["question_id"], shas)
-                items += [{noise.UNIT: unit, noise.JUDGE: j["judge"], noise.REPLICATE: rep,
+                key = unit(j["judge"], j["question_id"])
+                items += [{noise.UNIT: key, noise.JUDGE: j["judge"], noise.REPLICATE: rep,
                            noise.QID: j["question_id"], noise.ITEM: k, noise.POINTS: p}
                           for k, p in enumerate(j["points"], start=1)]
     keys = [noise.UNIT, noise.JUDGE, noise.REPLICATE]
