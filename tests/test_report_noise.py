@@ -48,7 +48,7 @@ def _config(model: str, judges: list[str], rep_d: int, rep_j: int, out_dir: Path
 
 def write_run(root: Path, name: str, model: str, scores: dict[str, list[float]], rep_d: int = 0, rep_j: int = 0,
               points: dict[str, list[list[float]]] | None = None, answers: list[str] | None = None,
-              served: dict[str, list[str]] | None = None, **config) -> Path:
+              served: dict[str, list[str]] | None = None, prompts: str = "p" * 64, **config) -> Path:
     """One run directory: judge → a score per task (0–1); with ``points``, judgments.json too
     (judge → per task, each item's points) with the spec's judge prompt for each answer."""
     out = root / name
@@ -67,7 +67,7 @@ def write_run(root: Path, name: str, model: str, scores: dict[str, list[float]],
                   "prompt": judge_prompt(f"question {qid}?", rubric, answers[i])}
                  for k, pts in (points or {}).items() for i, qid in enumerate(qids)]
     stats = {"run_date": f"2026-12-01T10:{rep_d:02d}:{rep_j:02d}+00:00", "effective_max_tokens": 8192,
-             "prompts_sha256": "p" * 64, "served_models": served or {},
+             "prompts_sha256": prompts, "served_models": served or {},
              "dataset": {"tasks_sha256": "f" * 64, "release_version": "synthetic-1"}}
     files = {"config.json": _config(model, list(scores), rep_d, rep_j, out, **config), "run_stats.json": stats,
              "scores.json": {"tasks": rows},
@@ -332,16 +332,27 @@ def test_judge_failures_are_counted_as_parse_or_call_failures(tmp_path):
     assert judge["unavailable_rate"] == pytest.approx(0.75)
 
 
-@pytest.mark.parametrize("served_b,route_b,drift", [
-    ({"a": ["judge-a-0501"]}, None, ""),
-    ({"a": ["judge-a-0601"]}, None, "served model of a (judge-a-0501 vs judge-a-0601)"),
+@pytest.mark.parametrize("served_b,prompts_b,drift", [
+    ({"a": ["judge-a-0501"]}, "p" * 64, ""),
+    ({"a": ["judge-a-0601"]}, "p" * 64, "served model of a (judge-a-0501 vs judge-a-0601)"),
+    ({"a": ["judge-a-0501"]}, "q" * 64, "judge prompt digest"),
+    ({"a": ["judge-a-0601"]}, "q" * 64, "judge prompt digest; served model of a (judge-a-0501 vs judge-a-0601)"),
 ])
-def test_comparisons_label_judges_whose_served_model_differs(tmp_path, served_b, route_b, drift):
+def test_comparisons_label_judges_whose_served_model_or_prompt_differs(tmp_path, served_b, prompts_b, drift):
     scores = {"a": [0.2, 0.4, 0.6, 0.8]}
     write_run(tmp_path, "cool", "alpha", scores, served={"a": ["judge-a-0501"]})
-    write_run(tmp_path, "hot", "alpha", scores, served=served_b, t=0.7)
+    write_run(tmp_path, "hot", "alpha", scores, served=served_b, prompts=prompts_b, t=0.7)
     comp = report_of(tmp_path, resamples=100).comparisons.iloc[0]
-    assert comp["judge_drift"] == drift
+    assert comp["setting"] == "temperature" and comp["judge_drift"] == drift  # labelled, still compared
+
+
+def test_judge_settings_drift_within_a_replicated_row_is_labelled(tmp_path):
+    scores = {"a": [0.2, 0.4, 0.6, 0.8]}
+    write_run(tmp_path, "r0", "alpha", scores, served={"a": ["judge-a-0501"]})
+    write_run(tmp_path, "r1", "alpha", scores, rep_j=1, served={"a": ["judge-a-0601"]})  # the endpoint moved
+    write_run(tmp_path, "hot", "alpha", scores, served={"a": ["judge-a-0501"]}, t=0.7)
+    comp = report_of(tmp_path, resamples=100).comparisons.iloc[0]
+    assert comp["judge_drift"] == "served model of a (judge-a-0501 vs judge-a-0601)"
 
 
 # --------------------------------------------------------------------------- the real offline judge
