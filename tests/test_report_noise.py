@@ -470,3 +470,18 @@ def test_sweep_names_put_the_swept_overrides_first_and_fit_mlflow():
         "sweep · judge_panel.replicate=0,1,2 root=/a/b judge_panel=offline_panel"
     long = sweep_name(["root=/" + "x" * 400, "decoding.temperature=0.1,0.4"])
     assert len(long) == NAME_CHARS and long.startswith("sweep · decoding.temperature=0.1,0.4 ") and long[-1] == "…"
+
+
+def test_report_metrics_are_legal_readable_and_rounded(flipping_judge):
+    from mlflow.utils.validation import validate_param_and_metric_name
+
+    from wildtrace.report.publish import report_metrics
+
+    root, _ = flipping_judge
+    report = report_of(root, resamples=200)
+    metrics = report_metrics(report)
+    alpha = report.agreement["intra_rater"]["a"]["krippendorff_alpha_interval"]
+    assert metrics["intra_rater.a.krippendorff_alpha_interval"] == round(alpha, 4) != alpha
+    assert metrics["intra_rater.a.n_units"] == 300
+    assert "noise.alpha.sd_pp_judges" in metrics and "noise.alpha.sd_pp_answers" not in metrics  # null: not logged
+    assert all(validate_param_and_metric_name(k) for k in metrics)

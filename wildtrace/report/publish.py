@@ -22,6 +22,11 @@ def _metric_key(*parts: str) -> str:
     return ".".join(re.sub(r"[^A-Za-z0-9_\-. /]", "_", str(p)) for p in parts)
 
 
+def _row_key(label: str) -> str:
+    """A leaderboard label as a readable metric part: "a · t=0.1 · judges=x,y" → "a / t 0.1 / judges x y"."""
+    return label.replace(" · ", " / ").replace("=", " ").replace(",", " ")
+
+
 def report_metrics(report: Report) -> dict[str, float]:
     """The report run's metrics: each judge against itself (intra_rater.<judge>.<key>), the
     inter-judge alpha, and each replicated row's sd by source (noise.<row>.sd_pp_<source>)."""
@@ -36,7 +41,7 @@ def report_metrics(report: Report) -> dict[str, float]:
     for row in report.noise:
         for source, value in row["sd_pp"].items():
             if value is not None:
-                out[_metric_key("noise", row["model"], f"sd_pp_{source}")] = value
+                out[_metric_key("noise", _row_key(row["model"]), f"sd_pp_{source}")] = value
     return {k: round(float(v), METRIC_DIGITS) for k, v in out.items()}
 
 
