@@ -351,8 +351,9 @@ def test_judge_settings_drift_within_a_replicated_row_is_labelled(tmp_path):
     write_run(tmp_path, "r0", "alpha", scores, served={"a": ["judge-a-0501"]})
     write_run(tmp_path, "r1", "alpha", scores, rep_j=1, served={"a": ["judge-a-0601"]})  # the endpoint moved
     write_run(tmp_path, "hot", "alpha", scores, served={"a": ["judge-a-0501"]}, t=0.7)
-    comp = report_of(tmp_path, resamples=100).comparisons.iloc[0]
-    assert comp["judge_drift"] == "served model of a (judge-a-0501 vs judge-a-0601)"
+    report = report_of(tmp_path, resamples=100)
+    assert report.comparisons.iloc[0]["judge_drift"] == "served model of a (judge-a-0501 vs judge-a-0601)"
+    assert report.replicates.iloc[0]["judge_drift"] == "served model of a (judge-a-0501 vs judge-a-0601)"
 
 
 # --------------------------------------------------------------------------- the real offline judge

@@ -568,6 +568,17 @@ def drift(a: Group, b: Group) -> str:
     return "; ".join(found)
 
 
+def with_replicate_drift(groups: Sequence[Group], summary: pd.DataFrame) -> pd.DataFrame:
+    """replicates plus judge_drift: how the judges of one row's runs differ (a served model that
+    moved between reruns, say), "" when they do not."""
+    if summary.empty:
+        return summary
+    by_label = {g.label: g for g in groups}
+    out = summary.copy()
+    out["judge_drift"] = [drift(by_label[m], by_label[m]) for m in out["model"]]
+    return out
+
+
 def _paired_noise(a: Group, b: Group, boot: Bootstrap) -> dict:
     """noise.noisy_difference over the tasks both rows ran (b − a)."""
     ma, mb = task_matrix(a).fillna(0.0), task_matrix(b).fillna(0.0)
@@ -640,6 +651,7 @@ def build(runs: Sequence[RunData], boot: Bootstrap = Bootstrap()) -> Report:
     kept, duplicates = dedupe(runs)
     groups = group_runs(kept)
     reps, rep_tasks = replicates(groups)
+    reps = with_replicate_drift(groups, reps)
     agreement, flips = with_judge_noise(judge_agreement(kept), kept)
     board = leaderboard(groups, boot)
     return Report(leaderboard=board, matched=matched(groups),
