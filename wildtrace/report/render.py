@@ -265,7 +265,10 @@ def _method(report: Report) -> str:
 def leaderboard_md(report: Report) -> str:
     """leaderboard.md: the headline table, then the matched panel, labelled as the robustness check."""
     return ("# WildTrace leaderboard\n\n" + _method(report) + "\n\n`overall` is the All view (every task, "
-            "failed / out-of-context / unscored as 0); `scored` is the mean over scored tasks.\n\n"
+            "failed / out-of-context / unscored as 0); `scored` is the mean over scored tasks; both in %, "
+            "each with its 95% bootstrap interval (`_ci_low`, `_ci_high`, %). `n_runs` replicates make a row; "
+            "`overall_sd` (pp), `overall_min` and `overall_max` (%) are their spread. `n_scored`, "
+            "`n_out_of_context`, `n_failed`, `n_tasks` count tasks (a replicate mean when they differ).\n\n"
             + markdown(report.leaderboard) + "\n## Matched panel — robustness check (spec §5), not the headline\n\n"
             + markdown(report.matched))
 
