@@ -402,7 +402,7 @@ def _gap_words(frame: pd.DataFrame) -> str:
     within = int((frame["within_noise"] == True).sum())  # noqa: E712 (None is neither)
     return (f"<p>{within} of {len(frame)} within noise: the interval from resampling the tasks and, where "
             "a row has them, its replicates holds 0, so the difference may be task sampling and judge (or "
-            "answer) noise alone. The last column but one says which noise was measured.</p>")
+            "answer) noise alone. <em>against noise</em> says which noise was measured.</p>")
 
 
 def page(report: Report, pngs: dict[str, bytes]) -> str:
