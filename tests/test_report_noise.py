@@ -291,13 +291,17 @@ def test_one_setting_comparisons_say_whether_they_are_within_noise(tmp_path):
     report = report_of(tmp_path)
     comp = report.comparisons.iloc[0]
     assert comp["setting"] == "temperature"
-    assert comp["within_noise"] is True or comp["within_noise"] == True  # noqa: E712 (numpy bool)
+    assert bool(comp["within_noise"]) is True
     assert comp["noise"] == "within judge noise" and comp["judge_drift"] == ""
     assert comp["noise_ci_low_pp"] <= comp["diff_pp"] <= comp["noise_ci_high_pp"]
     written = tmp_path / "out"
     render.write(report, written)
     assert "within_noise" in pd.read_csv(written / "comparisons.csv").columns
-    assert "within judge noise" in (written / "report.html").read_text()
+    page = (written / "report.html").read_text()
+    assert "within judge noise" in page
+    gaps = page[page.index('<section id="gaps">'):page.index('<section id="comparisons">')]
+    assert "1 of 1 within noise" in gaps  # the two rows are 0.5 pp apart by construction, judge sd 10 pp
+    assert "1 of 1 within noise" in page[page.index('<section id="comparisons">'):]
 
 
 def test_runs_without_replicates_say_only_task_sampling_was_measured(tmp_path):

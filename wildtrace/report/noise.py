@@ -74,7 +74,7 @@ def intra_rater(long: pd.DataFrame) -> dict[str, dict]:
         ranges = np.nanmax(values, axis=1) - np.nanmin(values, axis=1)
         out[str(judge)] = {
             "krippendorff_alpha_interval": stats.krippendorff_interval(values.T),
-            "n_units": int(len(table)),
+            "n_units": len(table),
             "n_replicates": int(table.notna().any(axis=0).sum()),
             "changed_rate": float((ranges > EPS).mean()),
             "mean_abs_change": float(_pairwise_abs(values).mean()),
@@ -112,7 +112,7 @@ def item_flips(items: pd.DataFrame, criteria: dict[str, list[str]]) -> tuple[dic
             continue
         values = table.to_numpy(dtype=float)
         flipped = pd.Series(np.nanmax(values, axis=1) - np.nanmin(values, axis=1) > EPS, index=table.index)
-        per_judge[str(judge)] = {"flip_rate": float(flipped.mean()), "n_item_units": int(len(flipped))}
+        per_judge[str(judge)] = {"flip_rate": float(flipped.mean()), "n_item_units": len(flipped)}
         by_item = flipped.groupby(level=[QID, ITEM]).agg(["size", "mean"])
         for (qid, item), row in by_item.iterrows():
             crit = criteria.get(str(qid), [])

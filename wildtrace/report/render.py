@@ -19,6 +19,7 @@ import matplotlib
 matplotlib.use("Agg")  # no display: plots are files
 
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from wildtrace.report.noise import interpretation  # noqa: E402
@@ -399,7 +400,7 @@ def gaps_view(frame: pd.DataFrame) -> pd.DataFrame:
 def _gap_words(frame: pd.DataFrame) -> str:
     if frame.empty:
         return ""
-    within = int((frame["within_noise"] == True).sum())  # noqa: E712 (None is neither)
+    within = sum(value is True or value is np.True_ for value in frame["within_noise"])  # None is neither
     return (f"<p>{within} of {len(frame)} within noise: the interval from resampling the tasks and, where "
             "a row has them, its replicates holds 0, so the difference may be task sampling and judge (or "
             "answer) noise alone. <em>against noise</em> says which noise was measured.</p>")
