@@ -45,3 +45,263 @@ def test_a_reply_whose_grades_disagree_is_unavailable_in_either_order(reply):
 def test_a_reply_with_one_grade_is_read(reply, total):
     verdict = parse_judge_reply(reply)
     assert verdict.available and verdict.total == total and verdict.reason is None
+
+
+# ---------------------------------------------------------------------- item 8: bad inputs, exit 2
+
+import json  # noqa: E402
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE = ROOT / "wildtrace" / "data" / "sample"
+LONG = "n" * 300  # one path component past NAME_MAX (255)
+#: A bound on a CLI that would otherwise hang (a FIFO read blocks forever): a safety net, not a measure.
+CLI_TIMEOUT_S = 120
+
+
+def _release(tmp: Path, corpus_file: str = "doc.txt", documents: dict[str, bytes] | None = None) -> tuple[Path, Path]:
+    corpus = tmp / "rel" / "corpus"
+    corpus.mkdir(parents=True, exist_ok=True)
+    for name, data in (documents if documents is not None else {"doc.txt": b"The pump failed at 03:14."}).items():
+        (corpus / name).write_bytes(data)
+    task = {"question_id": "t1", "question_text": "What failed?", "corpus_file": corpus_file,
+            "ground_truth": {"scoring_rubric": [{"points": 100, "correct_criterion": "names the pump"}]}}
+    tasks = tmp / "rel" / "tasks.json"
+    tasks.write_text(json.dumps([task]), encoding="utf-8")
+    return tasks, corpus
+
+
+def _fifo(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(path)
+    return path
+
+
+def _yaml_group(tmp: Path, body: str) -> list[str]:
+    """A dataset group file in an extra config dir: the only way a NUL byte reaches a config path (argv cannot)."""
+    conf = tmp / "extra-conf" / "dataset"
+    conf.mkdir(parents=True, exist_ok=True)
+    (conf / "bad.yaml").write_text("# @package _global_\n" + body, encoding="utf-8")
+    return [f"--config-dir={tmp / 'extra-conf'}", "dataset=bad"]
+
+
+def _with_release(tmp: Path, **kw) -> list[str]:
+    tasks, corpus = _release(tmp, **kw)
+    return [f"dataset.tasks={tasks}", f"dataset.corpus={corpus}"]
+
+
+def _case_corpus_file_nul(tmp):
+    return _with_release(tmp, corpus_file="corpus/doc\u0000.txt")
+
+
+def _case_corpus_file_dir(tmp):
+    args = _with_release(tmp, corpus_file="corpus/sub")
+    (tmp / "rel" / "corpus" / "sub").mkdir()
+    return args
+
+
+def _case_corpus_file_fifo(tmp):
+    args = _with_release(tmp, corpus_file="corpus/pipe.txt")
+    _fifo(tmp / "rel" / "corpus" / "pipe.txt")
+    return args
+
+
+def _case_corpus_file_long(tmp):
+    return _with_release(tmp, corpus_file=f"corpus/{LONG}.txt")
+
+
+def _case_corpus_file_loop(tmp):
+    args = _with_release(tmp, corpus_file="corpus/loop.txt")
+    (tmp / "rel" / "corpus" / "loop.txt").symlink_to("loop.txt")
+    return args
+
+
+def _case_corpus_file_not_utf8(tmp):
+    return _with_release(tmp, documents={"doc.txt": b"caf\xe9 au lait"})
+
+
+def _case_tasks_dir(tmp):
+    return [f"dataset.tasks={SAMPLE / 'corpus'}"]
+
+
+def _case_tasks_fifo(tmp):
+    return [f"dataset.tasks={_fifo(tmp / 'tasks.json')}"]
+
+
+def _case_tasks_long(tmp):
+    return [f"dataset.tasks={tmp / LONG}.json"]
+
+
+def _case_tasks_missing(tmp):
+    return [f"dataset.tasks={tmp / 'nowhere.json'}"]
+
+
+def _case_tasks_not_utf8(tmp):
+    (tmp / "tasks.json").write_bytes(b'[{"question_id": "caf\xe9"}]')
+    return [f"dataset.tasks={tmp / 'tasks.json'}"]
+
+
+def _case_tasks_nul(tmp):
+    return _yaml_group(tmp, f'dataset: {{name: bad, tasks: "{tmp}/a\\0b.json", corpus: "{SAMPLE}/corpus"}}\n')
+
+
+def _case_corpus_nul(tmp):
+    return _yaml_group(tmp, f'dataset: {{name: bad, tasks: "{SAMPLE}/tasks.json", corpus: "{tmp}/c\\0d"}}\n')
+
+
+def _case_corpus_a_file(tmp):
+    return [f"dataset.corpus={SAMPLE / 'tasks.json'}"]
+
+
+def _case_corpus_long(tmp):
+    return [f"dataset.corpus={tmp / LONG}"]
+
+
+def _case_cache_nul(tmp):
+    """A primary config of one's own on top of the project's (its ``_self_`` would override a group's cache.dir)."""
+    conf = tmp / "extra-conf"
+    conf.mkdir()
+    (conf / "mine.yaml").write_text(f'defaults:\n  - config\n  - _self_\ncache:\n  dir: "{tmp}/ca\\0che"\n',
+                                    encoding="utf-8")
+    return [f"--config-dir={conf}", "--config-name=mine"]
+
+
+def _case_cache_long(tmp):
+    return [f"cache.dir={tmp / LONG}"]
+
+
+def _case_cache_a_file(tmp):
+    (tmp / "cache-file").write_text("x")
+    return [f"cache.dir={tmp / 'cache-file'}"]
+
+
+def _case_responses_dir(tmp):
+    return ["stage=judge", f"responses={tmp}"]
+
+
+def _case_responses_fifo(tmp):
+    return ["stage=judge", f"responses={_fifo(tmp / 'responses.json')}"]
+
+
+def _case_responses_long(tmp):
+    return ["stage=judge", f"responses={tmp / LONG}.json"]
+
+
+def _case_responses_not_utf8(tmp):
+    (tmp / "responses.json").write_bytes(b'[{"question_id": "caf\xe9"}]')
+    return ["stage=judge", f"responses={tmp / 'responses.json'}"]
+
+
+def _case_out_dir_a_file(tmp):
+    (tmp / "run-file").write_text("x")
+    return [f"hydra.run.dir={tmp / 'run-file'}"]
+
+
+def _case_out_dir_long(tmp):
+    return [f"hydra.run.dir={tmp / LONG}"]
+
+
+#: (id, setup → overrides, what stderr must name)
+BAD_INPUTS = [
+    ("corpus_file holds a NUL", _case_corpus_file_nul, ["record #0", "corpus_file", "NUL"]),
+    ("corpus_file is a directory", _case_corpus_file_dir, ["record #0", "corpus_file", "directory"]),
+    ("corpus_file is a FIFO", _case_corpus_file_fifo, ["record #0", "corpus_file", "not a regular file"]),
+    ("corpus_file name too long", _case_corpus_file_long, ["record #0", "corpus_file", "too long"]),
+    ("corpus_file a symlink loop", _case_corpus_file_loop, ["record #0", "corpus_file", "symbolic links"]),
+    ("corpus file not UTF-8", _case_corpus_file_not_utf8, ["record #0", "not UTF-8"]),
+    ("dataset.tasks is a directory", _case_tasks_dir, ["dataset.tasks", "directory"]),
+    ("dataset.tasks is a FIFO", _case_tasks_fifo, ["dataset.tasks", "not a regular file"]),
+    ("dataset.tasks name too long", _case_tasks_long, ["dataset.tasks", "too long"]),
+    ("dataset.tasks missing", _case_tasks_missing, ["dataset.tasks", "not found"]),
+    ("dataset.tasks not UTF-8", _case_tasks_not_utf8, ["dataset.tasks", "not UTF-8"]),
+    ("dataset.tasks holds a NUL", _case_tasks_nul, ["dataset.tasks", "NUL"]),
+    ("dataset.corpus holds a NUL", _case_corpus_nul, ["dataset.corpus", "NUL"]),
+    ("dataset.corpus is a file", _case_corpus_a_file, ["dataset.corpus", "not a folder"]),
+    ("dataset.corpus name too long", _case_corpus_long, ["dataset.corpus", "too long"]),
+    ("cache.dir holds a NUL", _case_cache_nul, ["cache.dir", "NUL"]),
+    ("cache.dir name too long", _case_cache_long, ["cache.dir", "too long"]),
+    ("cache.dir is a file", _case_cache_a_file, ["cache.dir", "not writable"]),
+    ("responses is a directory", _case_responses_dir, ["responses", "directory"]),
+    ("responses is a FIFO", _case_responses_fifo, ["responses", "not a regular file"]),
+    ("responses name too long", _case_responses_long, ["responses", "too long"]),
+    ("responses not UTF-8", _case_responses_not_utf8, ["responses", "not UTF-8"]),
+    ("run dir is a file", _case_out_dir_a_file, ["run directory", "run-file"]),
+    ("run dir name too long", _case_out_dir_long, ["run directory", "too long"]),
+]
+
+
+def cli(cwd: Path, *args: str, module: str = "wildtrace") -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=CLI_TIMEOUT_S)
+
+
+@pytest.mark.parametrize("setup, named", [c[1:] for c in BAD_INPUTS], ids=[c[0] for c in BAD_INPUTS])
+def test_a_bad_path_exits_2_naming_the_field_without_a_traceback(tmp_path, setup, named):
+    args = setup(tmp_path)
+    flags = [a for a in args if a.startswith("--")]  # Hydra's own flags come before the overrides
+    overrides = [a for a in args if not a.startswith("--")]
+    done = cli(tmp_path, *flags, f"root={tmp_path / 'outputs'}", "mlflow.enabled=false", *overrides)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and "Logging error" not in done.stderr, done.stderr[-3000:]
+    lowered = done.stderr.lower()
+    for word in named:
+        assert word.lower() in lowered, (word, done.stderr[-3000:])
+
+
+def _paper_files(tmp: Path) -> dict[str, Path]:
+    tasks, corpus = _release(tmp)
+    config = tmp / "config.json"
+    config.write_text(json.dumps({"base_url": "http://127.0.0.1:9/v1", "model": "my-model"}), encoding="utf-8")
+    return {"config": config, "data": tasks, "corpus": corpus, "out": tmp / "out" / "responses.json",
+            "responses": tmp / "responses.json"}
+
+
+#: (id, flag, what to put there: "dir", "fifo", "file", "long", "loop"; what stderr must name)
+PAPER_FLAGS = [
+    ("--config a directory", "config", "dir", ["--config", "directory"]),
+    ("--config a FIFO", "config", "fifo", ["--config", "not a regular file"]),
+    ("--config a symlink loop", "config", "loop", ["--config", "symbolic links"]),
+    ("--data a directory", "data", "dir", ["--data", "directory"]),
+    ("--data name too long", "data", "long", ["--data", "too long"]),
+    ("--corpus a file", "corpus", "file", ["--corpus", "not a folder"]),
+    ("--out a directory", "out", "dir", ["--out", "directory"]),
+    ("--out name too long", "out", "long", ["--out", "too long"]),
+    ("--out inside a file", "out", "in-file", ["--out", "not writable"]),
+    ("--responses a directory", "responses", "dir", ["--responses", "directory"]),
+]
+
+
+@pytest.mark.parametrize("flag, bad, named", [c[1:] for c in PAPER_FLAGS], ids=[c[0] for c in PAPER_FLAGS])
+def test_a_bad_paper_flag_exits_2_naming_the_flag_before_any_run(tmp_path, monkeypatch, flag, bad, named):
+    files = _paper_files(tmp_path)
+    place = tmp_path / "bad"
+    if bad == "dir":
+        place.mkdir()
+    elif bad == "fifo":
+        _fifo(place)
+    elif bad == "file":
+        place.write_text("x")
+    elif bad == "long":
+        place = tmp_path / LONG
+    elif bad == "loop":
+        place.symlink_to(place.name)
+    elif bad == "in-file":
+        (tmp_path / "a-file").write_text("x")
+        place = tmp_path / "a-file" / "responses.json"
+    files[flag] = place
+    step = "judge" if flag == "responses" else "eval"
+    args = [step, "--config", str(files["config"]), "--data", str(files["data"]), "--corpus", str(files["corpus"]),
+            "--out", str(files["out"])]
+    if step == "judge":
+        args += ["--responses", str(files["responses"])]
+    monkeypatch.setenv("API_KEY", "sk-never-sent")
+    done = cli(tmp_path, *args, module="wildtrace.paper")
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    for word in named:
+        assert word.lower() in done.stderr.lower(), (word, done.stderr[-3000:])
+    assert not (tmp_path / "outputs").exists() or not list((tmp_path / "outputs").rglob("responses.json"))

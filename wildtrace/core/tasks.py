@@ -108,10 +108,13 @@ def parse_task(record: Any, source: str, index: int) -> Task:
     if "scoring_rubric" not in ground_truth:
         raise DatasetError(f"{at}: missing field 'ground_truth.scoring_rubric'")
     meta = {k: record[k] for k in META_FIELDS if record.get(k) is not None}
+    corpus_file = _required_str(record, "corpus_file", at)
+    if "\0" in corpus_file:  # no file can have the name; the OS would refuse it with a bare ValueError
+        raise DatasetError(f"{at}: field 'corpus_file' {corpus_file!r} holds a NUL byte")
     return Task(
         question_id=question_id,
         question_text=_required_str(record, "question_text", at),
-        corpus_file=_required_str(record, "corpus_file", at),
+        corpus_file=corpus_file,
         rubric=parse_rubric(ground_truth["scoring_rubric"], at),
         meta=meta,
     )

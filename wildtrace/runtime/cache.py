@@ -37,6 +37,9 @@ LOCK_POLL_S = 0.05
 class StorageError(OSError):
     """The cache (or a run folder) cannot be written; the message names the path."""
 
+    def __str__(self) -> str:
+        return str(self.strerror)  # the message names the path and the cause; "[Errno 17]" adds nothing
+
 
 def cache_key(provider: str, url: str, route: str, body: bytes, replicate: int) -> tuple[str, dict]:
     """(hex key, the material it was made from)."""
@@ -71,6 +74,9 @@ def check_writable(directory: Path, what: str) -> None:
         os.unlink(probe)
     except OSError as exc:
         raise StorageError(exc.errno or errno.EIO, f"{what} {directory} is not writable: {exc.strerror or exc}") from None
+    except ValueError:  # the OS cannot take the name at all
+        raise StorageError(errno.EINVAL, f"{what} {str(directory)!r} is not writable: the path holds a NUL byte") \
+            from None
 
 
 @dataclass
