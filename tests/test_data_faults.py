@@ -305,3 +305,61 @@ def test_a_bad_paper_flag_exits_2_naming_the_flag_before_any_run(tmp_path, monke
     for word in named:
         assert word.lower() in done.stderr.lower(), (word, done.stderr[-3000:])
     assert not (tmp_path / "outputs").exists() or not list((tmp_path / "outputs").rglob("responses.json"))
+
+
+# ---------------------------------------------------------------------- item 11: dataset oddities
+
+import logging  # noqa: E402
+
+from conftest import make_task, settings, tracked_run, write_release  # noqa: E402
+
+
+def _odd_release(tmp: Path) -> tuple[Path, Path]:
+    tasks = [
+        make_task("short", "What failed?", "doc.txt", rubric=[(60, "names the pump"), (30, "gives the time")]),
+        make_task("zero", "What failed?", "doc.txt", rubric=[(0, "says hello"), (100, "names the pump")]),
+        make_task("empty", "What failed?", "empty.txt", rubric=[(100, "names the pump")]),
+        make_task("fine", "What failed?", "doc.txt", rubric=[(33.3, "a"), (33.3, "b"), (33.4, "c")]),
+        make_task("over", "What failed?", "doc.txt", rubric=[(80, "names the pump"), (40, "gives the time")]),
+    ]
+    return write_release(tmp / "odd", tasks, {"doc.txt": "The pump failed at 03:14 because the seal was worn.",
+                                               "empty.txt": ""})
+
+
+def test_dataset_oddities_are_warned_once_in_the_log_run_stats_and_mlflow(tmp_path, caplog):
+    from mlflow.tracking import MlflowClient
+
+    tasks, corpus = _odd_release(tmp_path)
+    cfg = settings(tmp_path, [f"dataset.tasks={tasks}", f"dataset.corpus={corpus}", "mlflow.enabled=true"])
+    with caplog.at_level(logging.WARNING, logger="wildtrace"):
+        result = tracked_run(cfg)
+    expected = {"rubric_points_not_100": ["short", "over"], "rubric_zero_points": ["zero"],
+                "empty_document": ["empty"]}
+    stats = {w["code"]: w for w in json.loads((result.out_dir / "run_stats.json").read_text())["warnings"]}
+    for code, ids in expected.items():
+        assert stats[code]["question_ids"] == ids
+        for qid in ids:
+            assert qid in stats[code]["message"]
+        assert "fine" not in stats[code]["message"]
+        logged = [r for r in caplog.records if r.getMessage() == stats[code]["message"]]
+        assert len(logged) == 1  # once per run, not once per task
+    assert "90" in stats["rubric_points_not_100"]["message"] and "120" in stats["rubric_points_not_100"]["message"]
+    assert "empty.txt" in stats["empty_document"]["message"]
+    # The spec's score stays total/100 whatever the rubric sums to.
+    judgments = json.loads((result.out_dir / "judgments.json").read_text())
+    for j in judgments:
+        if j["status"] == "scored":
+            assert j["score"] == pytest.approx(max(0.0, min(j["total"] / 100, 1.0)))
+    marker = json.loads((result.out_dir / "mlflow.json").read_text())
+    client = MlflowClient(tracking_uri=cfg.mlflow.tracking_uri)
+    tags = client.get_run(marker["run_id"]).data.tags
+    for code in expected:
+        assert tags[f"wildtrace.warning.{code}"] == stats[code]["message"]
+
+
+def test_a_clean_dataset_has_no_oddity_warnings(tmp_path):
+    from wildtrace.runtime.run import run
+
+    result = run(settings(tmp_path))
+    codes = {w["code"] for w in json.loads((result.out_dir / "run_stats.json").read_text())["warnings"]}
+    assert not codes & {"rubric_points_not_100", "rubric_zero_points", "empty_document"}

@@ -27,6 +27,7 @@ from wildtrace.config_check import spec_warnings
 from wildtrace.core import views
 from wildtrace.core.events import RunEnd, RunObserver, RunStart
 from wildtrace.core.prompts import PROMPTS_VERSION, prompts_sha256
+from wildtrace.core.tasks import oddities
 from wildtrace.providers.base import EndpointSpec, Sampling
 from wildtrace.providers.registry import make_provider
 from wildtrace.runtime.cache import Cache, StorageError, check_writable
@@ -355,6 +356,7 @@ def run(cfg: WildtraceConfig, overrides: Sequence[str] = (), parent_run_id: str 
         given_answers=given, grace_s=cfg.stop_grace_s,
     )
     warnings = [{"code": code, "message": message} for code, message in spec_warnings(cfg)]
+    warnings += [o.to_dict() for o in oddities(dataset.tasks, {f: d.chars for f, d in dataset.documents.items()})]
     for w in warnings:
         log.warning("%s", w["message"])
     run_date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
