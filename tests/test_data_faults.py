@@ -363,3 +363,164 @@ def test_a_clean_dataset_has_no_oddity_warnings(tmp_path):
     result = run(settings(tmp_path))
     codes = {w["code"] for w in json.loads((result.out_dir / "run_stats.json").read_text())["warnings"]}
     assert not codes & {"rubric_points_not_100", "rubric_zero_points", "empty_document"}
+
+
+# ---------------------------------------------------------------------- item 3: a cache that fails mid-run
+
+import re  # noqa: E402
+import shutil  # noqa: E402
+import threading  # noqa: E402
+
+from conftest import TEST_KEY_ENV  # noqa: E402
+from loopback import Call, LoopbackServer, Reply, chat  # noqa: E402
+from wildtrace.runtime.cache import JOURNAL, Cache  # noqa: E402
+
+QID = re.compile(r"\[(q\d+)\]")
+BREAK_AT = 3  # the cache fails when the third answer request arrives, before it is answered
+
+
+class Breaker:
+    """Breaks the cache the moment the BREAK_AT-th answer request arrives at the server, then answers."""
+
+    def __init__(self, breaks: callable) -> None:
+        self.breaks, self.answers, self.lock, self.broken = breaks, 0, threading.Lock(), threading.Event()
+
+    def responder(self, call: Call) -> Reply:
+        if call.route == "test-model":
+            with self.lock:
+                self.answers += 1
+                if self.answers == BREAK_AT:
+                    self.breaks()
+                    self.broken.set()
+            return chat(f"Answer for {QID.search(call.prompt).group(1)}: the seal was worn.")
+        return chat('{"points_awarded":[60],"total":60}')
+
+
+def _replace_by_a_file(cache: Path) -> tuple[callable, callable]:
+    """A file where the cache folder was: ENOTDIR for every store, root included."""
+    away = cache.with_name("cache.away")
+
+    def breaks() -> None:
+        cache.rename(away)
+        cache.write_text("not a folder any more")
+
+    def mends() -> None:
+        cache.unlink()
+        away.rename(cache)
+
+    return breaks, mends
+
+
+def _fill_the_disk(cache: Path) -> tuple[callable, callable]:
+    """The cache on its own small tmpfs, filled up mid-run: ENOSPC, which root cannot bypass (no reserve).
+
+    (A read-only remount would be the other real fault, but the kernel refuses it with EBUSY
+    while a file there is open for writing, and the cache's lock files are, during every call.)
+    """
+    filler = cache.parent / "filler"
+
+    def breaks() -> None:
+        with open(filler, "wb") as fh:
+            try:
+                while True:
+                    fh.write(b"\0" * (1 << 20))
+                    fh.flush()
+            except OSError:  # ENOSPC: the disk is full
+                pass
+
+    return breaks, lambda: filler.unlink()
+
+
+@pytest.fixture(params=["replaced by a file", "disk full"])
+def failing_cache(request, tmp_path):
+    """(cache folder, breaks, mends) for each real way a cache stops taking writes."""
+    if request.param == "replaced by a file":
+        cache = tmp_path / "cachefs" / "cache"
+        cache.mkdir(parents=True)
+        yield (cache, *_replace_by_a_file(cache))
+        return
+    mount = tmp_path / "cachefs"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    (mount / "cache").mkdir()
+    try:
+        yield (mount / "cache", *_fill_the_disk(mount / "cache"))
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+def _cache_run(tmp: Path, server: LoopbackServer, cache: Path, tasks: Path, corpus: Path) -> subprocess.CompletedProcess:
+    args = [f"root={tmp / 'outputs'}", "model=custom", "model.route=test-model", f"model.base_url={server.url}/v1",
+            f"model.api_key_env={TEST_KEY_ENV}", "model.max_concurrency=2",
+            "judge_panel.judges.lexical.provider=openai", "judge_panel.judges.lexical.route=judge-a",
+            f"judge_panel.judges.lexical.base_url={server.url}/v1",
+            f"judge_panel.judges.lexical.api_key_env={TEST_KEY_ENV}", f"dataset.tasks={tasks}",
+            f"dataset.corpus={corpus}", f"cache.dir={cache}", "mlflow.enabled=false", "progress=false",
+            "stop_grace_s=60"]
+    return cli(tmp, *args)
+
+
+def _run_dir(stdout: str) -> Path:
+    return Path(re.search(r"^run dir: (.+)$", stdout, re.M).group(1))
+
+
+def test_outcomes_received_after_the_cache_fails_reach_the_run_files_and_are_not_paid_again(
+        tmp_path, test_key, failing_cache):
+    cache, breaks, mends = failing_cache
+    tasks, corpus = write_release(tmp_path / "data", [make_task(f"q{i}", f"What failed? [q{i}]", "doc.txt")
+                                                      for i in range(8)],
+                                  {"doc.txt": "The pump failed at 03:14 because the seal was worn. " * 5})
+    breaker = Breaker(breaks)
+    with LoopbackServer(breaker.responder) as server:
+        first = _cache_run(tmp_path, server, cache, tasks, corpus)
+        assert breaker.broken.is_set()
+        assert first.returncode == 1, first.stderr[-3000:]
+        assert "Traceback" not in first.stderr
+        out_dir = _run_dir(first.stdout)
+        received = list(server.completed)
+        mends()
+        answers = json.loads((out_dir / "responses.json").read_text())
+        judgments = json.loads((out_dir / "judgments.json").read_text())
+        # Every answer and judgment the server gave is in the run files ...
+        answered = {QID.search(c.prompt).group(1) for c in received if c.route == "test-model"}
+        assert {r["question_id"] for r in answers} == answered
+        assert len(judgments) == sum(1 for c in received if c.route == "judge-a")
+        # ... those that arrived after the failure marked as not cached, and kept in the run's journal.
+        uncached = [r for r in answers + judgments if any(n.startswith("not cached") for n in r["notes"])]
+        assert uncached, "the test must make outcomes arrive after the failure"
+        journal = out_dir / JOURNAL
+        assert len(journal.read_text().splitlines()) == len(uncached)
+        stats = json.loads((out_dir / "run_stats.json").read_text())
+        assert stats["uncached"] == {"outcomes": len(uncached), "journal": str(journal), "lost": 0}
+        # The headline is true: no "every outcome is cached"; how many were not, and where they are.
+        assert "Every outcome received is cached" not in first.stdout
+        assert f"{len(uncached)} outcome(s) received could not be cached" in first.stdout
+        assert str(journal) in first.stdout
+
+        # The resume, the same command once the cache works again: nothing received is paid twice.
+        second = _cache_run(tmp_path, server, cache, tasks, corpus)
+        assert second.returncode == 0, second.stderr[-3000:]
+        paid = [c.raw for c in server.completed]
+    assert len(paid) == len(set(paid))  # no request answered twice
+    assert sum(1 for c in server.completed if c.route == "test-model") == 8
+    rows = json.loads((_run_dir(second.stdout) / "responses.json").read_text())
+    assert [r["status"] for r in rows] == ["answered"] * 8
+    # The journal's outcomes are in the cache now: a third run needs neither the journal nor the server.
+    shutil.move(str(journal), str(tmp_path / "journal.moved"))
+    assert all(Cache(cache).get(json.loads(line)["key"]) is not None
+               for line in (tmp_path / "journal.moved").read_text().splitlines())
+
+
+def test_a_torn_journal_line_is_skipped_and_other_caches_entries_are_not_read(tmp_path):
+    good = {"payload": {"x": 1}, "http_status": 200, "attempts": 1, "latency_s": 0.1}
+    journal = tmp_path / "run" / JOURNAL
+    journal.parent.mkdir()
+    lines = [json.dumps({"v": 1, "cache_dir": str(tmp_path / "cache"), "key": "a" * 64, "material": {}, "outcome": good}),
+             json.dumps({"v": 1, "cache_dir": str(tmp_path / "other"), "key": "b" * 64, "material": {}, "outcome": good}),
+             json.dumps({"v": 1, "cache_dir": str(tmp_path / "cache"), "key": "c" * 64, "material": {}, "outcome": good})[:40]]
+    journal.write_text("\n".join(lines))
+    cache = Cache(tmp_path / "cache")
+    assert cache.read_journals([journal]) == 1
+    assert cache.get("a" * 64) == good and cache.get("b" * 64) is None and cache.get("c" * 64) is None

@@ -30,7 +30,7 @@ from wildtrace.core.prompts import PROMPTS_VERSION, prompts_sha256
 from wildtrace.core.tasks import oddities
 from wildtrace.providers.base import EndpointSpec, Sampling
 from wildtrace.providers.registry import make_provider
-from wildtrace.runtime.cache import Cache, StorageError, check_writable
+from wildtrace.runtime.cache import JOURNAL, Cache, StorageError, check_writable, journals_under
 from wildtrace.runtime.dataset import Dataset, load_dataset
 from wildtrace.runtime.http import Endpoint
 from wildtrace.files import write_json
@@ -195,7 +195,7 @@ def headline(cfg: WildtraceConfig, summary: dict | None, outcome: Outcome, out_d
              f"decoding={cfg.decoding.replicate} judges={cfg.judge_panel.replicate})"]
     if outcome.stopped:
         lines.append(f"STOPPED ({outcome.stopped}): {len(outcome.answers)} of {n_tasks} tasks finished; the numbers "
-                     "below cover those only (partial). Every outcome received is cached.")
+                     f"below cover those only (partial). {kept_line(cfg, stats['uncached'])}")
     if summary is not None:
         scored = "n/a" if summary["scored"] is None else f"{summary['scored']:.2f}%"
         overall = "n/a" if summary["overall"] is None else f"{summary['overall']:.2f}%"
@@ -212,6 +212,27 @@ def headline(cfg: WildtraceConfig, summary: dict | None, outcome: Outcome, out_d
     lines.extend(f"warning: {w['message']}" for w in stats["warnings"])
     lines.append(f"run dir: {out_dir}")
     return "\n".join(lines)
+
+
+def uncached_stats(cache: Cache) -> dict:
+    """run_stats ``uncached``: outcomes the cache refused, the journal holding them, and how many it could not."""
+    return {"outcomes": cache.uncached, "journal": str(cache.journal) if cache.journaled else None,
+            "lost": cache.uncached - cache.journaled}
+
+
+def kept_line(cfg: WildtraceConfig, uncached: dict) -> str:
+    """Where what was received is kept: the headline's promise, true in every case."""
+    if not cfg.cache.enabled:
+        return "The cache is off (cache.enabled=false): what was received is in the run files only."
+    if not uncached["outcomes"]:
+        return "Every outcome received is cached."
+    text = (f"{uncached['outcomes']} outcome(s) received could not be cached (storage failure): they are in the "
+            "run files (noted 'not cached')")
+    if uncached["journal"]:
+        text += f" and kept in {uncached['journal']}, which the rerun reads"
+    if uncached["lost"]:
+        text += f"; {uncached['lost']} of them could not be journaled either and will be paid again"
+    return text + ". Everything else received is cached."
 
 
 class _Progress:
@@ -330,9 +351,11 @@ def run(cfg: WildtraceConfig, overrides: Sequence[str] = (), parent_run_id: str 
     specs = stage_specs(cfg)
     given = load_responses(cfg.responses, {t.question_id for t in dataset.tasks}) if cfg.stage == "judge" else None
     check_writable(out_dir, "the run directory")
-    cache = Cache(Path(cfg.cache.dir), cfg.cache.enabled)
+    cache = Cache(Path(cfg.cache.dir), cfg.cache.enabled, journal=out_dir / JOURNAL)
     if cfg.cache.enabled:
         check_writable(Path(cfg.cache.dir), "the cache folder (cache.dir)")
+        if read := cache.read_journals(journals_under(Path(cfg.root), out_dir)):
+            log.info("%d outcome(s) an earlier run could not cache read from its journal (%s)", read, JOURNAL)
 
     answer_sampling, judge_sampling = samplings(cfg)
     plan_counts = _survey(cfg, dataset, specs, cache, given, answer_sampling, judge_sampling)
@@ -368,7 +391,8 @@ def run(cfg: WildtraceConfig, overrides: Sequence[str] = (), parent_run_id: str 
     outcome = asyncio.run(_execute(plan, counters, progress, observer, signals))
 
     with deferred_signals(signals):
-        result = _write(cfg, dataset, outcome, out_dir, endpoints, counters, overrides, run_date, warnings, config)
+        result = _write(cfg, dataset, outcome, out_dir, endpoints, counters, overrides, run_date, warnings, config,
+                        cache)
         status = "partial" if outcome.stopped else "finished"
         run_id = observer.run_finished(RunEnd(out_dir=str(out_dir), status=status))
         if cfg.mlflow.enabled:
@@ -382,15 +406,16 @@ def run(cfg: WildtraceConfig, overrides: Sequence[str] = (), parent_run_id: str 
 
 
 def _write(cfg: WildtraceConfig, dataset: Dataset, outcome: Outcome, out_dir: Path, endpoints: dict[str, Endpoint],
-           counters: Counters, overrides: Sequence[str], run_date: str, warnings: list[dict], config: dict) -> RunResult:
-    """The run files: responses, judgments, scores, stats, config."""
+           counters: Counters, overrides: Sequence[str], run_date: str, warnings: list[dict], config: dict,
+           cache: Cache) -> RunResult:
+    """The run files: responses, judgments (everything received), scores (finished tasks), stats, config."""
     judging = cfg.stage in ("all", "judge")
     warnings = warnings + [{"code": c, "message": m} for c, m in served_model_warnings(endpoints)]
     try:
-        write_json(out_dir / "responses.json", outcome.answers)
+        write_json(out_dir / "responses.json", outcome.received_answers or outcome.answers)
         summary = None
         if judging:
-            write_json(out_dir / "judgments.json", [j.to_dict() for j in outcome.judgments])
+            write_json(out_dir / "judgments.json", [j.to_dict() for j in outcome.received_judgments or outcome.judgments])
             scores = build_scores(cfg, dataset, outcome)
             write_json(out_dir / "scores.json", scores)
             summary = {k: v for k, v in scores.items() if k != "tasks"}
@@ -412,14 +437,18 @@ def _write(cfg: WildtraceConfig, dataset: Dataset, outcome: Outcome, out_dir: Pa
             "served_models": {label: sorted(e.served_models) for label, e in endpoints.items() if e.served_models},
             "temperature_dropped": [label for label, e in endpoints.items() if e.temperature_dropped],
             "warnings": warnings,
+            "uncached": uncached_stats(cache),
             "overrides": list(overrides),
             "effective_max_tokens": effective_max_tokens(cfg.model, cfg.decoding),
         }
         write_json(out_dir / "run_stats.json", stats)
         write_json(out_dir / "config.json", config)
     except OSError as exc:
+        kept = ("every outcome received is in the cache" if not cache.uncached else
+                f"{cache.uncached - cache.journaled} outcome(s) received could be kept nowhere and will be paid "
+                "again" if cache.uncached > cache.journaled else f"the outcomes the cache refused are in {cache.journal}")
         raise StorageError(exc.errno or 5, f"cannot write the run files in {out_dir}: {exc.strerror or exc}; "
-                           "every outcome received is in the cache: rerun the same command") from None
+                           f"{kept}: rerun the same command") from None
     text = headline(cfg, summary, outcome, out_dir, stats)
     return RunResult(out_dir=out_dir, summary=summary, stats=stats, outcome=outcome, headline=text)
 
