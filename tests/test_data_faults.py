@@ -524,3 +524,26 @@ def test_a_torn_journal_line_is_skipped_and_other_caches_entries_are_not_read(tm
     cache = Cache(tmp_path / "cache")
     assert cache.read_journals([journal]) == 1
     assert cache.get("a" * 64) == good and cache.get("b" * 64) is None and cache.get("c" * 64) is None
+
+
+@pytest.mark.parametrize("bad", ["dir", "in-file", "long"])
+def test_a_bad_probe_out_is_refused_before_any_request(tmp_path, test_key, bad):
+    from hydra import compose, initialize_config_dir
+
+    from wildtrace import probe as P
+    from wildtrace.app import CONF_DIR
+    from wildtrace.config import to_settings
+
+    out = {"dir": tmp_path / "a-dir", "in-file": tmp_path / "a-file" / "m.yaml", "long": tmp_path / f"{LONG}.yaml"}[bad]
+    (tmp_path / "a-dir").mkdir()
+    (tmp_path / "a-file").write_text("x")
+    with LoopbackServer(lambda call: chat("fits")) as server:
+        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+            cfg = compose(config_name="probe", overrides=[
+                f"root={tmp_path / 'outputs'}", "model=custom", "model.name=probed", "model.route=probe-me",
+                f"model.base_url={server.url}/v1", f"model.api_key_env={TEST_KEY_ENV}", "probe.yes=true",
+                f"probe.out={out}", "probe.overwrite=true"])
+        with pytest.raises(P.ProbeError, match="probe.out") as info:
+            P.probe(to_settings(cfg))
+        assert server.calls == []
+    assert str(out.parent) in str(info.value) or str(out) in str(info.value)
