@@ -547,3 +547,30 @@ def test_a_bad_probe_out_is_refused_before_any_request(tmp_path, test_key, bad):
             P.probe(to_settings(cfg))
         assert server.calls == []
     assert str(out.parent) in str(info.value) or str(out) in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "enabled, uncached, says, never",
+    [
+        (True, {"outcomes": 0, "journal": None, "lost": 0}, ["Every outcome received is cached."], ["could not"]),
+        (True, {"outcomes": 3, "journal": "/r/uncached.jsonl", "lost": 0},
+         ["3 outcome(s) received could not be cached", "/r/uncached.jsonl", "the rerun reads"],
+         ["Every outcome", "paid again"]),
+        (True, {"outcomes": 3, "journal": "/r/uncached.jsonl", "lost": 1},
+         ["3 outcome(s)", "/r/uncached.jsonl", "1 of them could not be journaled either and will be paid again"],
+         ["Every outcome"]),
+        (True, {"outcomes": 2, "journal": None, "lost": 2}, ["2 outcome(s)", "2 of them", "paid again"],
+         ["Every outcome", "the rerun reads"]),
+        (False, {"outcomes": 0, "journal": None, "lost": 0}, ["cache is off", "run files only"], ["Every outcome"]),
+    ],
+    ids=["all cached", "journaled", "some lost", "journal unwritable", "cache off"],
+)
+def test_the_stopped_headline_says_where_the_outcomes_are(tmp_path, enabled, uncached, says, never):
+    from wildtrace.runtime.run import kept_line
+
+    cfg = settings(tmp_path, [f"cache.enabled={str(enabled).lower()}"])
+    line = kept_line(cfg, uncached)
+    for text in says:
+        assert text in line
+    for text in never:
+        assert text not in line
