@@ -146,7 +146,6 @@ class Cache:
         try:
             self._write(key, material, outcome)
         except StorageError as exc:
-            self.uncached += 1
             raise StorageError(exc.errno, f"{exc}; {self._keep(key, material, outcome)}") from None
         self.stores += 1
 
@@ -171,20 +170,22 @@ class Cache:
             raise
 
     def _keep(self, key: str, material: dict, outcome: dict[str, Any]) -> str:
-        """Append a refused outcome to the journal (called from store threads); says where it is."""
-        self._fallback[key] = outcome
-        if self.journal is None:
-            return "kept only in the run files"
+        """Append a refused outcome to the journal (store threads call this at once: one lock); says where it is."""
         line = json.dumps({"v": CACHE_VERSION, "cache_dir": os.path.abspath(self.directory), "key": key,
                            "material": material, "outcome": outcome}, ensure_ascii=False, allow_nan=False)
-        try:
-            with self._journal_lock, open(self.journal, "a", encoding="utf-8") as fh:
-                fh.write(line + "\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-                self.journaled += 1
-        except OSError as exc:
-            return f"and not kept in {self.journal} either ({exc.strerror or exc}): only in the run files"
+        with self._journal_lock:
+            self.uncached += 1
+            self._fallback[key] = outcome
+            if self.journal is None:
+                return "kept only in the run files"
+            try:
+                with open(self.journal, "a", encoding="utf-8") as fh:
+                    fh.write(line + "\n")
+                    fh.flush()
+                    os.fsync(fh.fileno())
+            except OSError as exc:
+                return f"and not kept in {self.journal} either ({exc.strerror or exc}): only in the run files"
+            self.journaled += 1
         return f"kept in {self.journal}"
 
     def read_journals(self, paths: Iterable[Path]) -> int:

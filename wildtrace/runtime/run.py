@@ -235,6 +235,15 @@ def kept_line(cfg: WildtraceConfig, uncached: dict) -> str:
     return text + ". Everything else received is cached."
 
 
+def _kept_without_run_files(cache: Cache) -> str:
+    """Where the outcomes are when the run files could not be written (the error's promise, kept true)."""
+    if not cache.uncached:
+        return "every outcome received is in the cache"
+    if cache.uncached > cache.journaled:
+        return f"{cache.uncached - cache.journaled} outcome(s) received could be kept nowhere and will be paid again"
+    return f"the outcomes the cache refused are in {cache.journal}"
+
+
 class _Progress:
     """A tqdm bar on a terminal; elsewhere a log line every ``every_s`` seconds (and at the end)."""
 
@@ -412,10 +421,10 @@ def _write(cfg: WildtraceConfig, dataset: Dataset, outcome: Outcome, out_dir: Pa
     judging = cfg.stage in ("all", "judge")
     warnings = warnings + [{"code": c, "message": m} for c, m in served_model_warnings(endpoints)]
     try:
-        write_json(out_dir / "responses.json", outcome.received_answers or outcome.answers)
+        write_json(out_dir / "responses.json", outcome.received_answers)
         summary = None
         if judging:
-            write_json(out_dir / "judgments.json", [j.to_dict() for j in outcome.received_judgments or outcome.judgments])
+            write_json(out_dir / "judgments.json", [j.to_dict() for j in outcome.received_judgments])
             scores = build_scores(cfg, dataset, outcome)
             write_json(out_dir / "scores.json", scores)
             summary = {k: v for k, v in scores.items() if k != "tasks"}
@@ -444,11 +453,8 @@ def _write(cfg: WildtraceConfig, dataset: Dataset, outcome: Outcome, out_dir: Pa
         write_json(out_dir / "run_stats.json", stats)
         write_json(out_dir / "config.json", config)
     except OSError as exc:
-        kept = ("every outcome received is in the cache" if not cache.uncached else
-                f"{cache.uncached - cache.journaled} outcome(s) received could be kept nowhere and will be paid "
-                "again" if cache.uncached > cache.journaled else f"the outcomes the cache refused are in {cache.journal}")
         raise StorageError(exc.errno or 5, f"cannot write the run files in {out_dir}: {exc.strerror or exc}; "
-                           f"{kept}: rerun the same command") from None
+                           f"{_kept_without_run_files(cache)}: rerun the same command") from None
     text = headline(cfg, summary, outcome, out_dir, stats)
     return RunResult(out_dir=out_dir, summary=summary, stats=stats, outcome=outcome, headline=text)
 
