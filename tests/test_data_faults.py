@@ -451,7 +451,8 @@ def failing_cache(request, tmp_path):
         subprocess.run(["umount", "-l", str(mount)], capture_output=True)
 
 
-def _cache_run(tmp: Path, server: LoopbackServer, cache: Path, tasks: Path, corpus: Path) -> subprocess.CompletedProcess:
+def _cache_run(tmp: Path, server: LoopbackServer, cache: Path, tasks: Path,
+               corpus: Path) -> subprocess.CompletedProcess:
     args = [f"root={tmp / 'outputs'}", "model=custom", "model.route=test-model", f"model.base_url={server.url}/v1",
             f"model.api_key_env={TEST_KEY_ENV}", "model.max_concurrency=2",
             "judge_panel.judges.lexical.provider=openai", "judge_panel.judges.lexical.route=judge-a",
@@ -517,9 +518,11 @@ def test_a_torn_journal_line_is_skipped_and_other_caches_entries_are_not_read(tm
     good = {"payload": {"x": 1}, "http_status": 200, "attempts": 1, "latency_s": 0.1}
     journal = tmp_path / "run" / JOURNAL
     journal.parent.mkdir()
-    lines = [json.dumps({"v": 1, "cache_dir": str(tmp_path / "cache"), "key": "a" * 64, "material": {}, "outcome": good}),
-             json.dumps({"v": 1, "cache_dir": str(tmp_path / "other"), "key": "b" * 64, "material": {}, "outcome": good}),
-             json.dumps({"v": 1, "cache_dir": str(tmp_path / "cache"), "key": "c" * 64, "material": {}, "outcome": good})[:40]]
+    def entry(folder: str, key: str) -> str:
+        return json.dumps({"v": 1, "cache_dir": str(tmp_path / folder), "key": key * 64, "material": {},
+                           "outcome": good})
+
+    lines = [entry("cache", "a"), entry("other", "b"), entry("cache", "c")[:40]]  # the last one torn by a kill
     journal.write_text("\n".join(lines))
     cache = Cache(tmp_path / "cache")
     assert cache.read_journals([journal]) == 1
