@@ -5,11 +5,12 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
 
 from wildtrace.config import ConfigError, WildtraceConfig, register, to_settings
 from wildtrace.config_check import check_known_keys, check_overrides, check_retired
@@ -63,6 +64,34 @@ def route_console_to_stderr(root: logging.Logger | None = None) -> None:
                 handler.setStream(sys.stderr)
             if not any(isinstance(f, _NotHeadline) for f in handler.filters):
                 handler.addFilter(_NotHeadline())
+
+
+class RunDirCheck(Callback):
+    """Checks the folder Hydra is about to make for the run (or the sweep) before it makes it.
+
+    Hydra creates ``hydra.run.dir`` before the job starts, so a file in its place, a NUL
+    byte or a name too long ended in Hydra's traceback (exit 1). Here it is the same one-line
+    error, exit 2, as any other bad setting. The folder is made by the check (Hydra's
+    ``${now:…}`` is resolved once per composed config, so it is the folder Hydra uses).
+    """
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """Before a single run."""
+        self._check(config, "hydra.run.dir")
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """Before a sweep (its jobs' folders are made inside this one)."""
+        self._check(config, "hydra.sweep.dir")
+
+    @staticmethod
+    def _check(config: DictConfig, key: str) -> None:
+        from wildtrace.runtime.cache import StorageError, check_writable
+
+        try:
+            check_writable(Path(str(OmegaConf.select(config, key))), f"the run directory ({key})")
+        except StorageError as exc:
+            print(f"wildtrace: error: {exc}", file=sys.stderr)
+            raise SystemExit(2) from None
 
 
 def prepare(dict_cfg: DictConfig, overrides: list[str] | None = None, refuse_retired: bool = True) -> WildtraceConfig:

@@ -159,6 +159,11 @@ class Outcome:
     counters: Counters
     wall_s: float
     stopped: str | None = None  # why the run stopped early (a signal, a storage failure), or None
+    #: Every answer and judgment received, in dataset order: after a stop, also those of tasks
+    #: that did not finish (their judging was not done). Those are in no score, but they reach
+    #: the run files (responses.json, judgments.json), so nothing received is lost.
+    received_answers: list[dict] = field(default_factory=list)
+    received_judgments: list[JudgmentRecord] = field(default_factory=list)
 
 
 def decisions_of(dataset: Dataset, caps: Caps) -> dict[str, CapsDecision]:
@@ -419,7 +424,7 @@ class _Run:
             self.progress(self.counters, False)
 
         if self.stop.is_set():
-            return  # the answer is cached; a resumed run judges it
+            return  # the answer is in the run files and the cache (or the journal); a resumed run judges it
         async with asyncio.TaskGroup() as panel:
             for judge in self.plan.judges:
                 panel.create_task(one(judge))
@@ -498,8 +503,9 @@ async def execute(plan: Plan, counters: Counters | None = None,
     """Run the plan; rows in dataset order. ``progress(counters, task_done)`` is live.
 
     Setting ``stop`` ends the sending; calls in flight get ``plan.grace_s`` to finish, then
-    are cancelled (their outcomes, when they arrived, are in the cache). The outcome then
-    holds the finished tasks only and says why it stopped.
+    are cancelled (their outcomes, when they arrived, are in the cache or its journal). The
+    outcome then scores the finished tasks only, keeps what the others received, and says why
+    it stopped.
     """
     started = time.perf_counter()
     counters = counters or Counters()
@@ -523,13 +529,15 @@ async def execute(plan: Plan, counters: Counters | None = None,
     tasks = plan.dataset.tasks
     order = {t.question_id: i for i, t in enumerate(tasks)}
     judge_order = {j.label: i for i, j in enumerate(plan.judges)}
-    judgments = [j for j in state.judgments.values() if j.question_id in state.done]
+    by_order = sorted(state.judgments.values(), key=lambda j: (order[j.question_id], judge_order[j.judge]))
     return Outcome(
         answers=[state.answers[t.question_id] for t in tasks if t.question_id in state.done],
-        judgments=sorted(judgments, key=lambda j: (order[j.question_id], judge_order[j.judge])),
+        judgments=[j for j in by_order if j.question_id in state.done],
         counters=counters,
         wall_s=time.perf_counter() - started,
         stopped=stop.reason,
+        received_answers=[state.answers[t.question_id] for t in tasks if t.question_id in state.answers],
+        received_judgments=by_order,
     )
 
 

@@ -27,10 +27,11 @@ from wildtrace.config_check import spec_warnings
 from wildtrace.core import views
 from wildtrace.core.events import RunEnd, RunObserver, RunStart
 from wildtrace.core.prompts import PROMPTS_VERSION, prompts_sha256
+from wildtrace.core.tasks import oddities
 from wildtrace.providers.base import EndpointSpec, Sampling
 from wildtrace.providers.registry import make_provider
 from wildtrace.runtime.budget import BudgetError, Ledger
-from wildtrace.runtime.cache import Cache, StorageError, check_writable
+from wildtrace.runtime.cache import JOURNAL, Cache, StorageError, check_writable, journals_under
 from wildtrace.runtime.dataset import Dataset, load_dataset
 from wildtrace.runtime.http import Endpoint
 from wildtrace.files import write_json
@@ -217,7 +218,7 @@ def headline(cfg: WildtraceConfig, summary: dict | None, outcome: Outcome, out_d
              f"decoding={cfg.decoding.replicate} judges={cfg.judge_panel.replicate})"]
     if outcome.stopped:
         lines.append(f"STOPPED ({outcome.stopped}): {len(outcome.answers)} of {n_tasks} tasks finished; the numbers "
-                     "below cover those only (partial). Every outcome received is cached.")
+                     f"below cover those only (partial). {kept_line(cfg, stats['uncached'])}")
     if summary is not None:
         scored = "n/a" if summary["scored"] is None else f"{summary['scored']:.2f}%"
         overall = "n/a" if summary["overall"] is None else f"{summary['overall']:.2f}%"
@@ -236,6 +237,36 @@ def headline(cfg: WildtraceConfig, summary: dict | None, outcome: Outcome, out_d
     lines.extend(f"warning: {w['message']}" for w in stats["warnings"])
     lines.append(f"run dir: {out_dir}")
     return "\n".join(lines)
+
+
+def uncached_stats(cache: Cache) -> dict:
+    """run_stats ``uncached``: outcomes the cache refused, the journal holding them, and how many it could not."""
+    return {"outcomes": cache.uncached, "journal": str(cache.journal) if cache.journaled else None,
+            "lost": cache.uncached - cache.journaled}
+
+
+def kept_line(cfg: WildtraceConfig, uncached: dict) -> str:
+    """Where what was received is kept: the headline's promise, true in every case."""
+    if not cfg.cache.enabled:
+        return "The cache is off (cache.enabled=false): what was received is in the run files only."
+    if not uncached["outcomes"]:
+        return "Every outcome received is cached."
+    text = (f"{uncached['outcomes']} outcome(s) received could not be cached (storage failure): they are in the "
+            "run files (noted 'not cached')")
+    if uncached["journal"]:
+        text += f" and kept in {uncached['journal']}, which the rerun reads"
+    if uncached["lost"]:
+        text += f"; {uncached['lost']} of them could not be journaled either and will be paid again"
+    return text + ". Everything else received is cached."
+
+
+def _kept_without_run_files(cache: Cache) -> str:
+    """Where the outcomes are when the run files could not be written (the error's promise, kept true)."""
+    if not cache.uncached:
+        return "every outcome received is in the cache"
+    if cache.uncached > cache.journaled:
+        return f"{cache.uncached - cache.journaled} outcome(s) received could be kept nowhere and will be paid again"
+    return f"the outcomes the cache refused are in {cache.journal}"
 
 
 class _Progress:
@@ -372,9 +403,11 @@ def run(cfg: WildtraceConfig, overrides: Sequence[str] = (), parent_run_id: str 
     specs = stage_specs(cfg)
     given = load_responses(cfg.responses, {t.question_id for t in dataset.tasks}) if cfg.stage == "judge" else None
     check_writable(out_dir, "the run directory")
-    cache = Cache(Path(cfg.cache.dir), cfg.cache.enabled)
+    cache = Cache(Path(cfg.cache.dir), cfg.cache.enabled, journal=out_dir / JOURNAL)
     if cfg.cache.enabled:
         check_writable(Path(cfg.cache.dir), "the cache folder (cache.dir)")
+        if read := cache.read_journals(journals_under(Path(cfg.root), out_dir)):
+            log.info("%d outcome(s) an earlier run could not cache read from its journal (%s)", read, JOURNAL)
 
     answer_sampling, judge_sampling = samplings(cfg)
     rules = served.policies(cfg)
@@ -400,6 +433,7 @@ def run(cfg: WildtraceConfig, overrides: Sequence[str] = (), parent_run_id: str 
         given_answers=given, grace_s=cfg.stop_grace_s, served=rules, ledger=ledger,
     )
     warnings = [{"code": code, "message": message} for code, message in spec_warnings(cfg)]
+    warnings += [o.to_dict() for o in oddities(dataset.tasks, {f: d.chars for f, d in dataset.documents.items()})]
     for w in warnings:
         log.warning("%s", w["message"])
     run_date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
@@ -412,7 +446,7 @@ def run(cfg: WildtraceConfig, overrides: Sequence[str] = (), parent_run_id: str 
 
     with deferred_signals(signals):
         result = _write(cfg, dataset, outcome, out_dir, endpoints, counters, overrides, run_date, warnings, config,
-                        ledger)
+                        ledger, cache)
         status = "partial" if outcome.stopped else "finished"
         run_id = observer.run_finished(RunEnd(out_dir=str(out_dir), status=status))
         if cfg.mlflow.enabled:
@@ -429,16 +463,16 @@ def run(cfg: WildtraceConfig, overrides: Sequence[str] = (), parent_run_id: str 
 
 def _write(cfg: WildtraceConfig, dataset: Dataset, outcome: Outcome, out_dir: Path, endpoints: dict[str, Endpoint],
            counters: Counters, overrides: Sequence[str], run_date: str, warnings: list[dict], config: dict,
-           ledger: Ledger) -> RunResult:
-    """The run files: responses, judgments, scores, stats, config."""
+           ledger: Ledger, cache: Cache) -> RunResult:
+    """The run files: responses, judgments (everything received), scores (finished tasks), stats, config."""
     judging = cfg.stage in ("all", "judge")
     rules = served.policies(cfg)
     warnings = warnings + [{"code": c, "message": m} for c, m in served_model_warnings(endpoints, rules)]
     try:
-        write_json(out_dir / "responses.json", outcome.answers)
+        write_json(out_dir / "responses.json", outcome.received_answers)
         summary = None
         if judging:
-            write_json(out_dir / "judgments.json", [j.to_dict() for j in outcome.judgments])
+            write_json(out_dir / "judgments.json", [j.to_dict() for j in outcome.received_judgments])
             scores = build_scores(cfg, dataset, outcome)
             write_json(out_dir / "scores.json", scores)
             summary = {k: v for k, v in scores.items() if k != "tasks"}
@@ -462,6 +496,7 @@ def _write(cfg: WildtraceConfig, dataset: Dataset, outcome: Outcome, out_dir: Pa
                                    for label, r in rules.items() if label in endpoints},
             "temperature_dropped": [label for label, e in endpoints.items() if e.temperature_dropped],
             "warnings": warnings,
+            "uncached": uncached_stats(cache),
             "overrides": list(overrides),
             "effective_max_tokens": effective_max_tokens(cfg.model, cfg.decoding),
             "cost": ledger.stats(),
@@ -470,7 +505,7 @@ def _write(cfg: WildtraceConfig, dataset: Dataset, outcome: Outcome, out_dir: Pa
         write_json(out_dir / "config.json", config)
     except OSError as exc:
         raise StorageError(exc.errno or 5, f"cannot write the run files in {out_dir}: {exc.strerror or exc}; "
-                           "every outcome received is in the cache: rerun the same command") from None
+                           f"{_kept_without_run_files(cache)}: rerun the same command") from None
     text = headline(cfg, summary, outcome, out_dir, stats)
     text = text.replace(f"\nrun dir: {out_dir}", "".join(f"\n{line}" for line in cost_lines(stats["cost"]))
                         + f"\nrun dir: {out_dir}")
