@@ -251,6 +251,24 @@ def test_a_store_not_required_that_cannot_be_opened_is_one_warning_and_the_run_g
     assert "mlflow: NOT logged" in proc.stdout
 
 
+def test_the_papers_scripts_refuse_such_a_store_the_same_way(tmp_path):
+    from test_paper_cli import config_json, release, responder, script
+
+    data, corpus = release(tmp_path / "release")
+    work = tmp_path / "paper"
+    (work / "outputs" / "mlflow.db").mkdir(parents=True)  # the default store of a run in ``work``
+    with LoopbackServer(responder) as server:
+        config = tmp_path / "config.json"
+        config.write_text(json.dumps(config_json(server.url)))
+        proc = script("eval", work, "--config", str(config), "--data", str(data), "--corpus", str(corpus),
+                      "--out", str(work / "responses.json"))
+        assert server.calls == []
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1 and str(work / "outputs" / "mlflow.db") in errors[0], proc.stderr
+
+
 @pytest.mark.parametrize("uri, path", [
     ("sqlite:////abs/dir/mlflow.db", Path("/abs/dir/mlflow.db")),
     ("sqlite:////abs/dir/mlflow.db?timeout=20", Path("/abs/dir/mlflow.db")),

@@ -53,9 +53,9 @@ def resume_text(run_dir: Path, marker: dict) -> str:
     lines = [f"wildtrace-upload: {run_dir}: this run ended before it wrote its run files (killed, e.g. by SIGKILL, "
              f"or stopped by an error before its first request; it holds {held}): upload has nothing to log."]
     if marker.get("run_id"):
-        lines.append(f"  Its MLflow run {marker['run_id']} keeps the traces it stored; the resume logs a new run.")
-    lines.append("  The resume finishes it: rerun the same command (every outcome it received is in the cache, "
-                 "so nothing is paid twice)")
+        lines.append(f"  Its MLflow run {marker['run_id']} keeps the traces it stored.")
+    lines.append("  The resume finishes it: rerun the same command; every outcome it received is in the cache, so "
+                 "nothing is paid twice, and it logs a new MLflow run:")
     try:
         overrides = [str(o) for o in OmegaConf.load(run_dir / ".hydra" / "overrides.yaml")]
         lines.append(f"  {resume_command(overrides)}")
