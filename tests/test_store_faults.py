@@ -159,8 +159,7 @@ def test_a_run_that_could_not_log_says_so_in_its_exit_status_and_headline(tmp_pa
     assert ("exit status 3" in line[0]) == (required == "true")
 
 
-@pytest.mark.parametrize("required", ["true", "false"])
-def test_upload_that_could_not_log_exits_3(tmp_path, required):
+def test_upload_says_3_when_mlflow_could_not_log_and_2_for_a_folder_that_is_no_run(tmp_path):
     run = subprocess.run(wildtrace(tmp_path / "outputs", "mlflow.enabled=false"), capture_output=True, text=True,
                          timeout=600)
     assert run.returncode == 0, run.stderr
@@ -169,6 +168,10 @@ def test_upload_that_could_not_log_exits_3(tmp_path, required):
                         capture_output=True, text=True, timeout=600)
     assert up.returncode == 3, up.stdout + up.stderr
     assert "not logged" in up.stderr and "Traceback" not in up.stderr
+    (tmp_path / "empty").mkdir()
+    up = subprocess.run([sys.executable, "-m", "wildtrace.upload", "--tracking-uri", uri, str(tmp_path / "empty")],
+                        capture_output=True, text=True, timeout=600)
+    assert up.returncode == 2 and "not a wildtrace run directory" in up.stderr, up.stdout + up.stderr
 
 
 # ------------------------------------------------------------------ item 2: a store that cannot be opened
