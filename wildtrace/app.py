@@ -95,7 +95,7 @@ def observer_for(settings: WildtraceConfig, parent_run_id: str | None = None) ->
 
         text = str(exc)
         log.warning("%s; the run goes on unlogged (mlflow.required=false)", text[:1].upper() + text[1:])
-        return UnloggedObserver(str(exc), parent_run_id)
+        return UnloggedObserver(text, parent_run_id)
     return ProcessObserver(m.tracking_uri, m.experiment, m.artifact_location, m.log_documents, parent_run_id)
 
 
