@@ -117,12 +117,26 @@ def observer_for(settings: WildtraceConfig, parent_run_id: str | None = None) ->
     """What hears the run's events: MLflow tracking (from a child process) when it is on.
 
     The entry point composes the layers: runtime and tracking never import each other.
+    A local store that cannot be opened is found here, before any request: a ConfigError
+    (exit 2) naming the path when ``mlflow.required``, else one warning and an unlogged run.
     """
     if not settings.mlflow.enabled:
         return RunObserver()
     from wildtrace.tracking.process import ProcessObserver
+    from wildtrace.tracking.store import StoreUnusable, check_store
 
     m = settings.mlflow
+    try:
+        check_store(m.tracking_uri)
+    except StoreUnusable as exc:
+        if m.required:
+            raise ConfigError(f"mlflow.tracking_uri: {exc} (mlflow.required=false runs unlogged, "
+                              "mlflow.enabled=false without MLflow)") from None
+        from wildtrace.tracking.observer import UnloggedObserver
+
+        text = str(exc)
+        log.warning("%s; the run goes on unlogged (mlflow.required=false)", text[:1].upper() + text[1:])
+        return UnloggedObserver(text, parent_run_id)
     return ProcessObserver(m.tracking_uri, m.experiment, m.artifact_location, m.log_documents, parent_run_id)
 
 

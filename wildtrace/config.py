@@ -250,6 +250,10 @@ class MlflowConfig:
     artifact_location: Optional[str] = None
     #: Log each document the run used once, under documents/ (never once per task).
     log_documents: bool = True
+    #: A run that is not logged fails: a local store that cannot be opened stops it before any
+    #: request (exit 2), logging that fails later ends it with exit 3 (its files are kept, for
+    #: upload). False: one warning, the run goes on unlogged, its exit status is its own.
+    required: bool = True
 
 
 @dataclass

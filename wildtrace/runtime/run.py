@@ -44,9 +44,10 @@ from wildtrace.runtime import served
 log = logging.getLogger("wildtrace")
 
 #: Exit statuses: a finished run, an endpoint whose every call failed or a store that failed,
-#: and a stop by signal (the shell's 128 + signal number).
-EXIT_OK, EXIT_FAILED = 0, 1
-#: A spend cap kept calls from being sent (exit 2 is a config, key or data error before any request).
+#: a finished run that MLflow did not log (with ``mlflow.required``; upload logs it later),
+#: and a stop by signal (the shell's 128 + signal number). Bad input is 2, before any request.
+EXIT_OK, EXIT_FAILED, EXIT_NOT_LOGGED = 0, 1, 3
+#: A spend cap kept calls from being sent (docs/cost.md).
 EXIT_BUDGET = 4
 EXIT_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
@@ -449,10 +450,13 @@ def run(cfg: WildtraceConfig, overrides: Sequence[str] = (), parent_run_id: str 
                         ledger, cache)
         status = "partial" if outcome.stopped else "finished"
         run_id = observer.run_finished(RunEnd(out_dir=str(out_dir), status=status))
+        unlogged = cfg.mlflow.enabled and run_id is None
         if cfg.mlflow.enabled:
-            result.headline += (f"\nmlflow: {'run ' + run_id if run_id else 'NOT logged (see above)'} "
-                                f"at {cfg.mlflow.tracking_uri}")
-    result.exit_code = _exit_code(outcome, counters, signals, ledger)
+            result.headline += f"\nmlflow: {'run ' + run_id if run_id else 'NOT logged'} at {cfg.mlflow.tracking_uri}"
+    result.exit_code = _exit_code(outcome, counters, signals, ledger, unlogged and cfg.mlflow.required)
+    if unlogged:
+        result.headline += (f" (see above); log it later with python -m wildtrace.upload {out_dir}"
+                            + ("; exit status 3 (mlflow.required)" if result.exit_code == EXIT_NOT_LOGGED else ""))
     if outcome.stopped:
         result.headline += f"\nresume with: {resume_command(overrides)}"
     elif ledger.not_sent():
@@ -512,14 +516,16 @@ def _write(cfg: WildtraceConfig, dataset: Dataset, outcome: Outcome, out_dir: Pa
     return RunResult(out_dir=out_dir, summary=summary, stats=stats, outcome=outcome, headline=text)
 
 
-def _exit_code(outcome: Outcome, counters: Counters, signals: list[int], ledger: Ledger) -> int:
+def _exit_code(outcome: Outcome, counters: Counters, signals: list[int], ledger: Ledger,
+               unlogged: bool = False) -> int:
+    """Signals first, then a failed or stopped run, a spend cap that held calls back, a run MLflow did not log."""
     if signals:
         return EXIT_SIGNAL.get(signal.Signals(signals[0]), 130)
     if outcome.stopped or all_failed(counters):
         return EXIT_FAILED
     if ledger.not_sent():
         return EXIT_BUDGET
-    return EXIT_OK
+    return EXIT_NOT_LOGGED if unlogged else EXIT_OK
 
 
 def money(value: float | None) -> str:

@@ -31,6 +31,7 @@ from typing import Any
 from wildtrace.core.events import TaskDone
 from wildtrace.core.records import OUT_OF_CONTEXT
 from wildtrace.tracking.rundir import RunDir, task_status_of
+from wildtrace.tracking.store import open_store
 
 log = logging.getLogger("wildtrace.tracking")
 
@@ -284,6 +285,7 @@ def tracing_client(tracking_uri: str) -> Any:
     """MLflow's trace client for one store (explicit: the global tracking URI is never touched)."""
     from mlflow.tracing.client import TracingClient
 
+    open_store(tracking_uri)  # a new local store is created under its lock, never by a racing open
     return TracingClient(tracking_uri)
 
 
