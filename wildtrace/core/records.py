@@ -101,6 +101,7 @@ class CallResult:
     original_latency_s: float | None = None  # when cached: the paid call's latency
     temperature_sent: bool | str | None = None  # False: rejected and omitted; "ignored": sent, documented as ignored
     notes: tuple[str, ...] = ()  # what the harness changed on the way (non-finite numbers nulled, …)
+    batched: bool = False  # sent through the provider's batch API (its batch discount applies)
 
 
 @dataclass
@@ -129,6 +130,7 @@ class AnswerRecord:
     original_latency_s: float | None = None  # when cached: the paid call's latency
     temperature_sent: bool | str | None = None  # False: rejected and omitted; "ignored": sent, documented as ignored
     notes: list[str] = field(default_factory=list)  # what the harness changed on the way
+    batched: bool = False  # sent through the provider's batch API (its batch discount applies)
 
     def to_dict(self) -> dict:
         """Plain dict for JSON rows."""
@@ -162,6 +164,7 @@ class JudgmentRecord:
     original_latency_s: float | None = None  # when cached: the paid call's latency
     temperature_sent: bool | str | None = None  # False: rejected and omitted; "ignored": sent, documented as ignored
     notes: list[str] = field(default_factory=list)  # what the harness changed on the way
+    batched: bool = False  # sent through the provider's batch API (its batch discount applies)
 
     def to_dict(self) -> dict:
         """Plain dict for JSON rows."""

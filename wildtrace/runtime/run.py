@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from wildtrace import __version__
-from wildtrace.config import EndpointConfig, WildtraceConfig, caps_of, effective_max_tokens
+from wildtrace.config import EndpointConfig, WildtraceConfig, batch_labels, caps_of, effective_max_tokens
 from wildtrace.config_check import spec_warnings
 from wildtrace.core import views
 from wildtrace.core.events import RunEnd, RunObserver, RunStart
@@ -33,6 +33,7 @@ from wildtrace.runtime.cache import Cache, StorageError, check_writable
 from wildtrace.runtime.dataset import Dataset, load_dataset
 from wildtrace.runtime.http import Endpoint
 from wildtrace.files import write_json
+from wildtrace.runtime.batch import BatchSettings
 from wildtrace.runtime.pipeline import Counters, Outcome, Plan, Stop, Survey, execute, make_endpoint, survey
 from wildtrace.runtime.responses import load_responses
 from wildtrace.runtime.retry import RetryPolicy
@@ -239,8 +240,9 @@ class _Progress:
         elapsed = max(self.last - self.started, 1e-9)
         limits = " ".join(f"{label}={e.limit.limit}" for label, e in self.endpoints.items())
         log.info("progress: %d/%d tasks (%.2f/s) · ok %d · failed %d · ooc %d · judged %d · unavailable %d · "
-                 "retries %d · limits %s", c.tasks_done, self.total, c.tasks_done / elapsed, c.answered, c.failed,
-                 c.out_of_context, c.judged, c.judge_unavailable, c.retries, limits)
+                 "retries %d · limits %s%s", c.tasks_done, self.total, c.tasks_done / elapsed, c.answered, c.failed,
+                 c.out_of_context, c.judged, c.judge_unavailable, c.retries, limits,
+                 "".join(f" · batch {line}" for line in c.batches.values()))
 
     def close(self, c: Counters) -> None:
         """End the bar, or write the last line."""
@@ -313,6 +315,15 @@ def _survey(cfg: WildtraceConfig, dataset: Dataset, specs: list[EndpointSpec], c
                   cfg.decoding.replicate, cfg.judge_panel.replicate, given)
 
 
+def batch_settings(cfg: WildtraceConfig, out_dir: Path) -> BatchSettings | None:
+    """Batch mode's settings, or None when no endpoint of the stage is batched."""
+    labels = batch_labels(cfg)
+    if not labels:
+        return None
+    shared = Path(cfg.cache.dir) / "batches" if cfg.cache.enabled else None
+    return BatchSettings(labels, cfg.batch.poll_s, cfg.batch.max_wait_h, out_dir, shared)
+
+
 def run(cfg: WildtraceConfig, overrides: Sequence[str] = (), parent_run_id: str | None = None,
         observer: RunObserver | None = None) -> RunResult:
     """Execute one job. Raises DatasetError / ConfigError / MissingKeyError / StorageError before any request.
@@ -351,7 +362,7 @@ def run(cfg: WildtraceConfig, overrides: Sequence[str] = (), parent_run_id: str 
         dataset=dataset, caps=caps_of(cfg.model), answer_sampling=answer_sampling, judge_sampling=judge_sampling,
         answer_replicate=cfg.decoding.replicate, judge_replicate=cfg.judge_panel.replicate,
         model=endpoints.get("model"), judges=[endpoints[s.label] for s in specs if s.label != "model"],
-        given_answers=given, grace_s=cfg.stop_grace_s, served=rules,
+        given_answers=given, grace_s=cfg.stop_grace_s, served=rules, batch=batch_settings(cfg, out_dir),
     )
     warnings = [{"code": code, "message": message} for code, message in spec_warnings(cfg)]
     for w in warnings:
