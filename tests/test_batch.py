@@ -568,3 +568,63 @@ def test_killed_while_a_batch_is_pending_resumes_by_polling_that_batch(tmp_path,
     assert [r["status"] for r in answers] == ["answered"] * N_TASKS
     assert "resuming openai batch batch_1" in second.stderr
     assert json.loads((run_dir / "batches.json").read_text())["batches"][0]["state"] == "collected"
+
+
+def test_only_judges_in_batch_answers_first_then_one_judge_batch(tmp_path, release, test_key):
+    with BatchServer() as server:
+        cfg = settings(tmp_path, overrides(server.url, release, model_batch=False, judge_batch=True),
+                       judges=judges(server.url))
+        assert run(cfg).exit_code == 0
+    assert len(server.sync_calls) == N_TASKS and all(c.body["model"] == "test-model" for c in server.sync_calls)
+    assert len(server.batches) == 1 and all(b["model"] == "judge-one" for _, b in server.items["batch_1"])
+    answers, judgments = rows(Path(cfg.out_dir), "responses.json"), rows(Path(cfg.out_dir), "judgments.json")
+    assert not any(r["batched"] or r["cached"] for r in answers)
+    assert all(r["batched"] and r["status"] == "scored" for r in judgments) and len(judgments) == N_TASKS
+
+
+def test_progress_line_shows_each_batch_state_and_counts(tmp_path, release, test_key, caplog):
+    caplog.set_level("INFO")
+    with BatchServer() as server:
+        cfg = settings(tmp_path, overrides(server.url, release) + ["stage=answer"], progress=True)
+        assert run(cfg).exit_code == 0
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("progress:")]
+    assert lines and "batch model batch_1: completed (total 4, completed 4, failed 0)" in lines[-1]
+    states = [r.getMessage() for r in caplog.records if r.getMessage().startswith("batch model batch_1: ")]
+    assert [s.split(": ")[1].split(" ")[0] for s in states] == ["in_progress", "finalizing", "completed"]
+
+
+def test_a_batch_past_max_wait_fails_its_items_and_a_rerun_polls_it_again(tmp_path, release, test_key):
+    with BatchServer() as server:
+        server.hold.set()
+        cache = tmp_path / "cache"
+        first = settings(tmp_path / "a", overrides(server.url, release, cache=cache)
+                         + ["stage=answer", "batch.max_wait_h=0.00001"])
+        run(first)
+        answers = rows(Path(first.out_dir), "responses.json")
+        assert [r["reason"] for r in answers] == ["batch_timeout"] * N_TASKS
+        assert "batch_1" in answers[0]["error"] and "max_wait_h" in answers[0]["error"]
+        server.hold.clear()
+        second = settings(tmp_path / "b", overrides(server.url, release, cache=cache) + ["stage=answer"])
+        assert run(second).exit_code == 0
+    assert list(server.batches) == ["batch_1"]
+    assert [r["status"] for r in rows(Path(second.out_dir), "responses.json")] == ["answered"] * N_TASKS
+
+
+def test_results_url_on_another_host_never_gets_the_key(tmp_path, release, test_key):
+    with LoopbackServer(lambda call: Reply(200, b"")) as elsewhere, BatchServer() as server:
+        original = server.anthropic_poll
+
+        def poll(batch_id: str) -> Reply:
+            reply = original(batch_id)
+            if reply.body.get("results_url"):
+                reply.body["results_url"] = f"{elsewhere.url}/v1/messages/batches/{batch_id}/results"
+            return reply
+
+        server.anthropic_poll = poll
+        cfg = settings(tmp_path, overrides(server.url, release, "anthropic") + ["stage=answer", "retry.max_retries=1"])
+        run(cfg)
+    assert elsewhere.calls == []
+    answers = rows(Path(cfg.out_dir), "responses.json")
+    assert [r["reason"] for r in answers] == ["retries_exhausted"] * N_TASKS
+    assert "results_url is not on" in answers[0]["error"]
+    assert test_key not in (Path(cfg.out_dir) / "responses.json").read_text()
