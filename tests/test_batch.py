@@ -628,3 +628,37 @@ def test_results_url_on_another_host_never_gets_the_key(tmp_path, release, test_
     assert [r["reason"] for r in answers] == ["retries_exhausted"] * N_TASKS
     assert "results_url is not on" in answers[0]["error"]
     assert test_key not in (Path(cfg.out_dir) / "responses.json").read_text()
+
+
+def test_stage_judge_sends_the_given_answers_judgments_in_batch(tmp_path, release, test_key):
+    responses = tmp_path / "given.json"
+    responses.write_text(json.dumps([{"question_id": f"q{i}", "status": "answered", "response": f"Answer {i}"}
+                                     for i in range(N_TASKS - 1)]))
+    with BatchServer() as server:
+        cfg = settings(tmp_path, overrides(server.url, release, model_batch=False, judge_batch=True)
+                       + ["stage=judge", f"responses={responses}"], judges=judges(server.url))
+        assert run(cfg).exit_code in (0, 1)
+    assert server.sync_calls == [] and len(server.batches) == 1
+    assert len(server.items["batch_1"]) == N_TASKS - 1  # the task without an answer is not judged
+    judgments = rows(Path(cfg.out_dir), "judgments.json")
+    assert [j["status"] for j in judgments] == ["scored"] * (N_TASKS - 1) and all(j["batched"] for j in judgments)
+
+
+@pytest.mark.parametrize("status,body,reason", [
+    (404, {"error": {"message": "Not found: /v1/batches", "type": "not_found_error"}}, "http_error"),
+    (429, {"error": {"message": "You exceeded your current quota", "type": "insufficient_quota",
+                     "code": "insufficient_quota"}}, "quota_exhausted"),
+])
+def test_a_batch_the_provider_refuses_to_create_fails_its_items_with_its_words(tmp_path, release, test_key,
+                                                                               status, body, reason):
+    with BatchServer() as server:
+        server.respond_create = server.openai_create
+        server.openai_create = lambda call: Reply(status, body)
+        cfg = settings(tmp_path, overrides(server.url, release) + ["stage=answer"])
+        result = run(cfg)
+    assert result.exit_code != 0
+    answers = rows(Path(cfg.out_dir), "responses.json")
+    assert [r["reason"] for r in answers] == [reason] * N_TASKS
+    assert body["error"]["message"] in answers[0]["error"]
+    assert server.sync_calls == []
+    assert len([c for c in server.calls if c.path == "/v1/batches"]) == 1  # final: not retried

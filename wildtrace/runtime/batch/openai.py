@@ -25,6 +25,8 @@ from wildtrace.runtime.http import decode_json
 TERMINAL = frozenset({"completed", "failed", "expired", "cancelled"})
 #: Error codes of items the batch never ran.
 UNFINISHED_CODES = frozenset({"batch_expired", "batch_cancelled"})
+#: The synchronous call the items stand for, as the Batch API names it.
+ENDPOINT = "/v1/chat/completions"
 #: The Batch guide's limits: 50,000 requests and 200 MB per input file.
 MAX_ITEMS, MAX_BYTES = 50_000, 200 * 1000 * 1000
 
@@ -43,8 +45,11 @@ class OpenAIBatch(BatchAPI):
 
     def __init__(self, control: Any, endpoint_url: str) -> None:
         super().__init__(control)
-        # The line's ``url`` is the path of the synchronous call (…/v1/chat/completions → /v1/chat/completions).
-        self.endpoint = urllib.parse.urlsplit(endpoint_url).path or "/v1/chat/completions"
+        if not endpoint_url.endswith("/chat/completions"):
+            raise ValueError(f"not a chat completions URL: {endpoint_url}")
+        # The batch's ``endpoint`` and each line's ``url`` are the Batch API's own name for the
+        # synchronous call (one of its fixed set), whatever path prefix the base URL has.
+        self.endpoint = ENDPOINT
 
     def _prefix(self, custom_id: str) -> bytes:
         head = json.dumps({"custom_id": custom_id, "method": "POST", "url": self.endpoint}, separators=(",", ":"))

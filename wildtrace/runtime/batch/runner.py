@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 
 #: The failure reason of an item whose batch outlasted ``batch.max_wait_h``.
 BATCH_TIMEOUT = "batch_timeout"
+#: The state of a batch the provider answers 404 for.
+MISSING = "missing"
 
 
 @dataclass
@@ -165,6 +167,11 @@ class Runner:
         status = await self._wait(record)
         if status is None:
             return
+        if status.state == MISSING:  # nothing to read: its items are sent again
+            for key in record.custom_ids:
+                if key in self.wants:
+                    self.last_error[key] = (404, None, status.problem or "batch not found")
+            return
         wanted = {key for key in record.custom_ids if key in self.wants}
         seen: set[str] = set()
         try:
@@ -193,7 +200,7 @@ class Runner:
                     log.warning("%s: batch %s is not known to the provider: %s", self.label, record.batch_id, exc)
                     record.state = "collected"
                     self.ledger.save(record)
-                    return Status("missing", True, problem=str(exc))
+                    return Status(MISSING, True, problem=str(exc))
                 log.warning("%s: polling batch %s failed (%s); polling again", self.label, record.batch_id, exc)
                 status = None
             if status is not None:
