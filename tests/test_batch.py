@@ -43,11 +43,27 @@ def usage_for(prompt: str, text: str) -> tuple[int, int, int]:
     return len(prompt) // 4 + 3, len(text) // 4 + 1 + reasoning, reasoning
 
 
-def answer_text(body: dict) -> str:
-    prompt = body["messages"][-1]["content"]
-    if body.get("model", "").startswith("judge"):
+def prompt_of(body: dict) -> str:
+    if "contents" in body:
+        return "".join(p["text"] for p in body["contents"][-1]["parts"])
+    return body["messages"][-1]["content"]
+
+
+def answer_text(body: dict, route: str | None = None) -> str:
+    if (route or body.get("model", "")).startswith("judge"):
         return JUDGE_REPLY
-    return f"Answer for {QID.search(prompt).group(1)}: the seal was worn."
+    return f"Answer for {QID.search(prompt_of(body)).group(1)}: the seal was worn."
+
+
+def gemini_body(body: dict, route: str) -> dict:
+    """A GenerateContentResponse: thoughts are a bucket of their own, as Gemini counts them."""
+    text = answer_text(body, route)
+    prompt_tokens, completion, reasoning = usage_for(prompt_of(body), text)
+    return {"candidates": [{"content": {"role": "model", "parts": [{"text": text}]}, "finishReason": "STOP",
+                            "index": 0}],
+            "usageMetadata": {"promptTokenCount": prompt_tokens, "candidatesTokenCount": completion - reasoning,
+                              "thoughtsTokenCount": reasoning, "totalTokenCount": prompt_tokens + completion},
+            "modelVersion": route}
 
 
 def openai_body(body: dict) -> dict:
@@ -140,6 +156,13 @@ class BatchServer:
                 return self.anthropic_poll(m.group(1))
             if m := re.fullmatch(r"/v1/messages/batches/(msgbatch_\d+)/results", path):
                 return Reply(200, self.results[m.group(1)], content_type="application/binary")
+            if m := re.fullmatch(r"/v1beta/models/([\w.-]+):batchGenerateContent", path):
+                return self.gemini_create(call, m.group(1))
+            if m := re.fullmatch(r"/v1beta/batches/(g\d+)", path):
+                return self.gemini_poll(m.group(1))
+        if m := re.fullmatch(r"/v1beta/models/([\w.-]+):generateContent", path):
+            self.sync_calls.append(call)
+            return Reply(200, gemini_body(call.body, m.group(1)))
         if path == "/v1/chat/completions":
             self.sync_calls.append(call)
             if not call.body.get("stream"):
@@ -228,6 +251,52 @@ class BatchServer:
                 return scripted
         return 200, shape(body)
 
+    # ------------------------------------------------------------------ Gemini
+
+    def gemini_create(self, call: Call, route: str) -> Reply:
+        if not call.headers.get("x-goog-api-key"):
+            return Reply(401, {"error": {"code": 401, "message": "no key", "status": "UNAUTHENTICATED"}})
+        batch = call.body["batch"]
+        requests = batch["input_config"]["requests"]["requests"]
+        batch_id = f"g{len(self.batches) + 1}"
+        self.items[batch_id] = [(r["metadata"]["key"], r["request"]) for r in requests]
+        self.routes = getattr(self, "routes", {})
+        self.routes[batch_id] = route
+        self.batches[batch_id] = {
+            "name": f"batches/{batch_id}",
+            "metadata": {"@type": "type.googleapis.com/google.ai.generativelanguage.v1main.GenerateContentBatch",
+                         "model": f"models/{route}", "displayName": batch["display_name"],
+                         "createTime": "2026-12-01T00:00:00Z", "state": "BATCH_STATE_PENDING",
+                         "batchStats": {"requestCount": str(len(requests)),
+                                        "pendingRequestCount": str(len(requests))},
+                         "name": f"batches/{batch_id}"}}
+        return Reply(200, self.batches[batch_id])
+
+    def gemini_poll(self, batch_id: str) -> Reply:
+        self.polls += 1
+        operation = self.batches[batch_id]
+        meta = operation["metadata"]
+        if meta["state"] == "BATCH_STATE_PENDING":
+            meta["state"] = "BATCH_STATE_RUNNING"
+        elif meta["state"] == "BATCH_STATE_RUNNING" and not self.hold.is_set():
+            inlined = []
+            for n, (key, request) in enumerate(self.items[batch_id]):
+                if self.expire_after is not None and n >= self.expire_after:
+                    break
+                status, reply = self.item(key, request, lambda body: gemini_body(body, self.routes[batch_id]))
+                entry = {"response": reply} if status == 200 else {"error": reply["error"]}
+                inlined.append({**entry, "metadata": {"key": key}})
+            meta["state"] = "BATCH_STATE_EXPIRED" if self.expire_after is not None else "BATCH_STATE_SUCCEEDED"
+            self.expire_after = None
+            ok = sum("response" in e for e in inlined)
+            meta["batchStats"].update(successfulRequestCount=str(ok), failedRequestCount=str(len(inlined) - ok),
+                                      pendingRequestCount="0")
+            operation["done"] = True
+            operation["response"] = {
+                "@type": "type.googleapis.com/google.ai.generativelanguage.v1main.GenerateContentBatchOutput",
+                "inlinedResponses": {"inlinedResponses": inlined}}
+        return Reply(200, operation)
+
     # ------------------------------------------------------------------ Anthropic
 
     def anthropic_create(self, call: Call) -> Reply:
@@ -291,7 +360,7 @@ def overrides(url: str, release: tuple[Path, Path], provider: str = "openai", mo
            f"model.api_key_env={TEST_KEY_ENV}", f"model.batch={str(model_batch).lower()}",
            f"dataset.tasks={tasks}", f"dataset.corpus={corpus}", "batch.poll_s=0.01",
            "retry.backoff_base_s=0", "retry.backoff_max_s=0"]
-    if provider == "anthropic":
+    if provider != "openai":
         out.append("model.stream=false")
     if judge_batch:
         out.append("judge_panel.batch=true")
@@ -317,7 +386,7 @@ def batch_items(server: BatchServer) -> list[str]:
 # ---------------------------------------------------------------------- tests
 
 
-@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@pytest.mark.parametrize("provider", ["openai", "anthropic", "gemini"])
 def test_batch_run_answers_and_judges_every_task_through_the_batch_api(tmp_path, release, test_key, provider):
     with BatchServer() as server:
         cfg = settings(tmp_path, overrides(server.url, release, provider, judge_batch=True),
@@ -335,12 +404,13 @@ def test_batch_run_answers_and_judges_every_task_through_the_batch_api(tmp_path,
     # Usage as the endpoint reported it, input proportional to the prompt.
     for row in answers:
         assert row["usage"]["prompt_tokens"] > 100 and row["usage"]["completion_tokens"] > 0
-    if provider == "openai":
+    if provider != "anthropic":
         assert all(r["usage"]["reasoning_tokens"] == 5 for r in answers)
     # Answers before judges: the judge batch was created after the answer batch had ended.
     first, second = list(server.items)
-    assert all(body["model"] == "test-model" for _, body in server.items[first])
-    assert all(body["model"] == "judge-one" for _, body in server.items[second])
+    assert all(answer_text(body, "test-model").startswith("Answer") for _, body in server.items[first])
+    assert all(JUDGE_REPLY not in prompt_of(body) and "Answer for" in prompt_of(body)
+               for _, body in server.items[second])
     # The batch ids and every custom_id are in the run folder.
     recorded = json.loads((run_dir / "batches.json").read_text())["batches"]
     assert {r["batch_id"] for r in recorded} == set(server.batches)
@@ -374,7 +444,7 @@ def test_a_batch_item_is_the_synchronous_request_byte_for_byte(tmp_path, release
         assert custom_id == cache_key("openai", request.url, "test-model", body_bytes, 0)[0]
 
 
-@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@pytest.mark.parametrize("provider", ["openai", "anthropic", "gemini"])
 def test_batch_run_then_synchronous_rerun_sends_nothing_and_the_reverse(tmp_path, release, test_key, provider):
     with BatchServer() as server:
         first = settings(tmp_path / "a", overrides(server.url, release, provider, judge_batch=True,
@@ -402,7 +472,8 @@ def test_batch_run_then_synchronous_rerun_sends_nothing_and_the_reverse(tmp_path
         json.loads((Path(first.out_dir) / "scores.json").read_text())
 
 
-@pytest.mark.parametrize("provider,cancel", [("openai", False), ("anthropic", False), ("anthropic", True)])
+@pytest.mark.parametrize("provider,cancel", [("openai", False), ("anthropic", False), ("anthropic", True),
+                                             ("gemini", False)])
 def test_expired_or_cancelled_batch_resends_only_its_unfinished_items(tmp_path, release, test_key, provider, cancel):
     with BatchServer() as server:
         server.expire_after, server.cancel = 1, cancel
@@ -482,6 +553,7 @@ def test_refusals_and_empty_outputs_are_failures_as_in_a_synchronous_call(tmp_pa
 
 @pytest.mark.parametrize("key,value,message", [
     ("model.batch", "true", "provider 'offline' has no batch mode"),
+    ("judge_panel.batch", "true", "judge_panel.batch=true: provider 'offline' has no batch mode"),
     ("batch.poll_s", "0", "batch.poll_s must be positive"),
     ("batch.max_wait_h", "-1", "batch.max_wait_h must be positive"),
 ])

@@ -115,7 +115,7 @@ class EndpointConfig:
     retired: Optional[RetiredConfig] = None
     #: The served-model rule: a response naming another model is warned about or refused.
     served_model: ServedModelConfig = field(default_factory=ServedModelConfig)
-    #: Send this endpoint's calls through the provider's batch API (openai, anthropic): docs/batch.md.
+    #: Send this endpoint's calls through the provider's batch API (openai, anthropic, gemini): docs/batch.md.
     batch: bool = False
 
 
@@ -390,7 +390,7 @@ def validate(cfg: WildtraceConfig) -> WildtraceConfig:
 
 
 #: Wire formats whose batch API wildtrace speaks (runtime/batch).
-BATCH_PROVIDERS = ("openai", "anthropic")
+BATCH_PROVIDERS = ("openai", "anthropic", "gemini")
 
 
 def batch_labels(cfg: WildtraceConfig) -> frozenset[str]:

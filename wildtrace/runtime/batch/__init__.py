@@ -9,7 +9,8 @@ same config sends nothing, and a batch run after a synchronous one sends nothing
 - ``ledger``: every batch created is recorded (cache folder and run folder, atomically)
   the moment the provider returns its id, so a run killed while a batch is pending
   resumes by polling that batch;
-- ``openai`` / ``anthropic``: the two batch APIs (Files + Batches; Message Batches);
+- ``openai`` / ``anthropic`` / ``gemini``: the batch APIs (Files + Batches; Message Batches;
+  batchGenerateContent with inline requests);
 - ``runner``: rounds of batches for one endpoint: resume, create, poll, collect, re-send
   the transient failures and the unfinished items of an expired or cancelled batch;
 - ``phase``: what the pipeline calls before its workers start: answers first, then the

@@ -97,10 +97,11 @@ class Control:
         """Close the client's connections."""
         await self.client.aclose()
 
-    async def json(self, method: str, url: str, **kwargs: Any) -> Any:
-        """A JSON answer to a control request, retried while transient; BatchError otherwise."""
+    async def json(self, method: str, url: str, limit: int = CONTROL_LIMIT, **kwargs: Any) -> Any:
+        """A JSON answer to a control request (at most ``limit`` bytes), retried while transient;
+        BatchError otherwise."""
         for attempt_no in range(1, self.retry.max_retries + 2):
-            status, headers, payload, failure = await self._once(method, url, kwargs)
+            status, headers, payload, failure = await self._once(method, url, kwargs, limit)
             if failure is None and status is not None and 200 <= status < 300:
                 return payload
             verdict = RETRY if failure is not None else classify(status, headers, payload)
@@ -111,7 +112,8 @@ class Control:
             await asyncio.sleep(self.retry.delay(attempt_no, hint, self._rng))
         raise AssertionError("unreachable: the loop returns or raises")
 
-    async def _once(self, method: str, url: str, kwargs: dict) -> tuple[int | None, dict, Any, str | None]:
+    async def _once(self, method: str, url: str, kwargs: dict,
+                    limit: int) -> tuple[int | None, dict, Any, str | None]:
         self.on_request()
         content = kwargs.get("content")
         if callable(content):  # a body made afresh for each attempt (an upload read from its file)
@@ -128,9 +130,11 @@ class Control:
                 body = bytearray()
                 async for chunk in response.aiter_bytes():
                     body += chunk
-                    if len(body) > CONTROL_LIMIT:
+                    if len(body) > limit:
                         break
-                payload, _ = decode_json(bytes(body[:CONTROL_LIMIT]))
+                if len(body) > limit:
+                    return response.status_code, {}, None, f"transport_error: answer larger than {limit} bytes"
+                payload, _ = decode_json(bytes(body))
                 return response.status_code, {k.lower(): v for k, v in response.headers.items()}, payload, None
         except httpx.TimeoutException as exc:
             return None, {}, None, f"timeout: {type(exc).__name__}"

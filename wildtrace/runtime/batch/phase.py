@@ -23,7 +23,9 @@ from wildtrace.core.prompts import judge_prompt
 from wildtrace.core.records import CallResult
 from wildtrace.core.tasks import Task
 from wildtrace.runtime.batch.anthropic import AnthropicBatch
-from wildtrace.runtime.batch.base import BatchAPI, Control
+from wildtrace.providers.anthropic import ANTHROPIC_VERSION
+from wildtrace.runtime.batch.base import LINE_OVERHEAD, BatchAPI, Control
+from wildtrace.runtime.batch.gemini import GeminiBatch
 from wildtrace.runtime.batch.ledger import Ledger
 from wildtrace.runtime.batch.openai import OpenAIBatch
 from wildtrace.runtime.batch.runner import Runner, Want
@@ -32,7 +34,7 @@ from wildtrace.runtime.http import Endpoint, Prepared, interpret
 log = logging.getLogger(__name__)
 
 #: Wire formats with a batch API here.
-SUPPORTED = ("openai", "anthropic")
+SUPPORTED = ("openai", "anthropic", "gemini")
 
 
 @dataclass(frozen=True)
@@ -47,14 +49,16 @@ class BatchSettings:
 
 
 def api_for(endpoint: Endpoint, url: str) -> BatchAPI:
-    """The batch API of an endpoint's wire format (validated in config: openai or anthropic)."""
+    """The batch API of an endpoint's wire format (validated in config: openai, anthropic, gemini)."""
     spec = endpoint.provider.spec
-    headers = {"anthropic-version": "2023-06-01"} if spec.provider == "anthropic" else {}
+    headers = {"anthropic-version": ANTHROPIC_VERSION} if spec.provider == "anthropic" else {}
     control = Control(spec.base_url, endpoint.auth, headers, endpoint.retry, min(spec.timeout_s, 600.0))
     if spec.provider == "anthropic":
         return AnthropicBatch(control)
     if spec.provider == "openai":
         return OpenAIBatch(control, url)
+    if spec.provider == "gemini":
+        return GeminiBatch(control, url, endpoint.max_response_bytes + LINE_OVERHEAD)
     raise ValueError(f"{endpoint.label}: provider {spec.provider!r} has no batch mode here "
                      f"(choose from {', '.join(SUPPORTED)})")
 
