@@ -734,3 +734,24 @@ def test_a_batch_the_provider_refuses_to_create_fails_its_items_with_its_words(t
     assert body["error"]["message"] in answers[0]["error"]
     assert server.sync_calls == []
     assert len([c for c in server.calls if c.path == "/v1/batches"]) == 1  # final: not retried
+
+
+def test_sigint_while_a_batch_is_pending_stops_waiting_and_keeps_the_batch_open(tmp_path, release):
+    env = {**os.environ, TEST_KEY_ENV: "sk-test-batch-sigint", "PYTHONPATH": os.pathsep.join(sys.path)}
+    with BatchServer() as server:
+        server.hold.set()
+        cmd = command(tmp_path / "out", server.url, release, tmp_path / "cache")
+        first = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 120
+        while server.polls == 0 and time.monotonic() < deadline and first.poll() is None:
+            time.sleep(0.05)
+        first.send_signal(signal.SIGINT)
+        out, err = first.communicate(timeout=120)
+        assert first.returncode != 0, err
+        assert "resume with: python -m wildtrace" in out
+        records = list((tmp_path / "cache" / "batches").glob("openai-batch_1.json"))
+        assert records and json.loads(records[0].read_text())["state"] == "in_progress"
+        server.hold.clear()
+        second = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+        assert second.returncode == 0, second.stderr
+    assert list(server.batches) == ["batch_1"] and server.sync_calls == []

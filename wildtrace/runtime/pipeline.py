@@ -412,7 +412,10 @@ class _Run:
     async def all_tasks(self) -> None:
         plan, tasks = self.plan, self.plan.dataset.tasks
         if plan.batch is not None:  # batched endpoints' outcomes first; the calls below then find them
-            await batch_phase(plan, self.prepare, self.stop.event, plan.batch, self.show_batch)
+            try:
+                await batch_phase(plan, self.prepare, self.stop.event, plan.batch, self.show_batch)
+            except OSError as exc:  # the spool or a batch record cannot be written: stop as a failed store does
+                self.stop.request(f"storage failure: {exc}")
             if self.stop.is_set():
                 return
         async with asyncio.TaskGroup() as group:

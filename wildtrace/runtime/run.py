@@ -230,6 +230,8 @@ class _Progress:
         if self.bar is not None:
             if task_done:
                 self.bar.update(1)
+            if c.batches:  # batch mode: each batch's state and counts while the bar waits
+                self.bar.set_description_str("tasks · " + "; ".join(c.batches.values()), refresh=False)
             self.bar.set_postfix(c.as_postfix(), refresh=False)
         elif self.lines and time.monotonic() - self.last >= self.every_s:
             self.line(c)

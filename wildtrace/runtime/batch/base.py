@@ -138,7 +138,7 @@ class Control:
                 return response.status_code, {k.lower(): v for k, v in response.headers.items()}, payload, None
         except httpx.TimeoutException as exc:
             return None, {}, None, f"timeout: {type(exc).__name__}"
-        except (httpx.TransportError, httpx.InvalidURL) as exc:
+        except (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError) as exc:  # also a body that will not decode
             return None, {}, None, f"transport_error: {type(exc).__name__}: {exc}"
         finally:
             if opened is not None:
@@ -165,8 +165,8 @@ class Control:
                     status, headers = response.status_code, {k.lower(): v for k, v in response.headers.items()}
             except httpx.TimeoutException as exc:
                 failure, status, headers, payload = f"timeout: {type(exc).__name__}", None, {}, None
-            except (httpx.TransportError, httpx.InvalidURL) as exc:
-                failure, status, headers, payload = f"transport_error: {exc}", None, {}, None
+            except (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError) as exc:
+                failure, status, headers, payload = f"transport_error: {type(exc).__name__}: {exc}", None, {}, None
             verdict = RETRY if failure else classify(status, headers, payload)
             if verdict != RETRY or attempt_no > self.retry.max_retries:
                 raise BatchError(f"GET {url}: {failure or f'HTTP {status}: {_message(payload)}'}", status,
