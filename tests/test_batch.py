@@ -210,6 +210,12 @@ class BatchServer:
     def openai_poll(self, batch_id: str) -> Reply:
         self.polls += 1
         batch = self.batches[batch_id]
+        if getattr(self, "fail_next", False) and batch["status"] == "validating":
+            self.fail_next = False
+            batch.update(status="failed", failed_at=int(time.time()),
+                         errors={"object": "list", "data": [{"code": "invalid_request", "line": None, "param": None,
+                                                             "message": "Enqueued token limit reached"}]})
+            return Reply(200, batch)
         step = {"validating": "in_progress", "in_progress": "finalizing", "finalizing": "completed"}
         if batch["status"] == "in_progress" and self.hold.is_set():
             return Reply(200, batch)
@@ -755,3 +761,14 @@ def test_sigint_while_a_batch_is_pending_stops_waiting_and_keeps_the_batch_open(
         second = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
         assert second.returncode == 0, second.stderr
     assert list(server.batches) == ["batch_1"] and server.sync_calls == []
+
+
+def test_a_failed_batch_sends_its_items_again_in_the_next_round(tmp_path, release, test_key):
+    with BatchServer() as server:
+        server.fail_next = True
+        cfg = settings(tmp_path, overrides(server.url, release) + ["stage=answer"])
+        assert run(cfg).exit_code == 0
+    assert list(server.batches) == ["batch_1", "batch_2"]
+    assert sorted(k for k, _ in server.items["batch_1"]) == sorted(k for k, _ in server.items["batch_2"])
+    answers = rows(Path(cfg.out_dir), "responses.json")
+    assert [(r["status"], r["attempts"]) for r in answers] == [("answered", 2)] * N_TASKS

@@ -30,6 +30,7 @@ from wildtrace.runtime.batch.ledger import Ledger
 from wildtrace.runtime.batch.openai import OpenAIBatch
 from wildtrace.runtime.batch.runner import Runner, Want
 from wildtrace.runtime.http import Endpoint, Prepared, interpret
+from wildtrace.runtime.served import enforce
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +139,9 @@ async def _answers(plan: Any, prepare: Callable[[Task], Any], stop: asyncio.Even
             return
         result = await model.call(prepared.request, plan.answer_replicate, ready.cost, prepared)
         model.ready[prepared.key] = result
+        if model.temperature_dropped:  # the pipeline will ask for the request without temperature
+            plain = model.prepare(model.provider.without_temperature(prepared.request), plan.answer_replicate)
+            model.ready[plain.key] = result
 
     limit = 1 if batched else model.provider.spec.max_concurrency
     queue = list(reversed(in_scope))
@@ -152,6 +156,8 @@ async def _answers(plan: Any, prepare: Callable[[Task], Any], stop: asyncio.Even
     texts = {}
     for qid, key in keys.items():
         result = _known(model, key)
+        if result is not None:  # the served-model rule, as the pipeline applies it before judging
+            result = enforce(plan.served.get("model"), result)
         if result is not None and result.ok and result.text:
             texts[qid] = result.text
     return texts
