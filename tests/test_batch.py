@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from conftest import TEST_KEY_ENV, make_task, settings, write_release
 from loopback import Call, LoopbackServer, Reply, chat_stream
+
 from wildtrace.config import ConfigError
 from wildtrace.runtime.batch.base import _split
 from wildtrace.runtime.cache import cache_key

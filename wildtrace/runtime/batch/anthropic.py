@@ -13,6 +13,7 @@ are the synchronous call's; ``results_url`` is followed only on the endpoint's o
 
 from __future__ import annotations
 
+import asyncio
 import json
 import urllib.parse
 from collections.abc import AsyncIterator
@@ -20,7 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from wildtrace.providers.base import error_status
-from wildtrace.runtime.batch.base import BatchAPI, BatchError, Item, Line, Status, file_chunks
+from wildtrace.runtime.batch.base import (
+    BatchAPI,
+    BatchError,
+    Item,
+    Line,
+    Status,
+    file_chunks,
+)
 from wildtrace.runtime.batch.openai import _ints
 from wildtrace.runtime.http import decode_json
 
@@ -41,14 +49,7 @@ class AnthropicBatch(BatchAPI):
     async def create(self, items: list[Item], spool: Path) -> tuple[str, str | None]:
         """One POST whose ``params`` are each item's exact bytes, streamed from the spool."""
         path = spool / f"anthropic-{items[0].custom_id[:16]}-{len(items)}.json"
-        with open(path, "wb") as out:
-            out.write(b'{"requests":[')
-            for i, item in enumerate(items):
-                out.write((b"," if i else b"") + json.dumps({"custom_id": item.custom_id}).encode()[:-1]
-                          + b',"params":')
-                out.write(item.path.read_bytes())
-                out.write(b"}")
-            out.write(b"]}")
+        await asyncio.to_thread(_write, path, items)  # up to 256 MB: off the event loop
         size = path.stat().st_size
         try:
             batch = await self.control.json("POST", self._root, content=lambda: file_chunks(path),
@@ -81,6 +82,17 @@ class AnthropicBatch(BatchAPI):
             line = _line(raw, wanted)
             if line is not None:
                 yield line
+
+
+def _write(path: Path, items: list[Item]) -> None:
+    with open(path, "wb") as out:
+        out.write(b'{"requests":[')
+        for i, item in enumerate(items):
+            out.write((b"," if i else b"") + json.dumps({"custom_id": item.custom_id}).encode()[:-1]
+                      + b',"params":')
+            out.write(item.path.read_bytes())
+            out.write(b"}")
+        out.write(b"]}")
 
 
 def _line(raw: bytes | None, wanted: set[str]) -> Line | None:

@@ -21,7 +21,14 @@ from typing import Any
 import httpx
 
 from wildtrace.runtime.http import decode_json, proxy_for
-from wildtrace.runtime.retry import FAIL, QUOTA, RETRY, RetryPolicy, classify, retry_hint
+from wildtrace.runtime.retry import (
+    FAIL,
+    QUOTA,
+    RETRY,
+    RetryPolicy,
+    classify,
+    retry_hint,
+)
 from wildtrace.runtime.secrets import redact
 
 #: A batch object, an upload's answer or an error body is kept to this many bytes.

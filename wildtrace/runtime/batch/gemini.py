@@ -15,6 +15,7 @@ items' count × the endpoint's response bound.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import urllib.parse
 from collections.abc import AsyncIterator
@@ -22,7 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from wildtrace.providers.base import error_status
-from wildtrace.runtime.batch.base import BatchAPI, BatchError, Item, Line, Status, file_chunks
+from wildtrace.runtime.batch.base import (
+    BatchAPI,
+    BatchError,
+    Item,
+    Line,
+    Status,
+    file_chunks,
+)
 
 TERMINAL = frozenset({"BATCH_STATE_SUCCEEDED", "BATCH_STATE_FAILED", "BATCH_STATE_CANCELLED", "BATCH_STATE_EXPIRED"})
 #: Gemini's inline-request limit (20 MB per batch request); no documented request count limit.
@@ -63,14 +71,7 @@ class GeminiBatch(BatchAPI):
     async def create(self, items: list[Item], spool: Path) -> tuple[str, str | None]:
         """One POST whose inline requests are each item's exact bytes, streamed from the spool."""
         path = spool / f"gemini-{items[0].custom_id[:16]}-{len(items)}.json"
-        head = {"display_name": f"wildtrace-{items[0].custom_id[:16]}-{len(items)}"}
-        with open(path, "wb") as out:
-            out.write(b'{"batch":' + json.dumps(head).encode()[:-1] + b',"input_config":{"requests":{"requests":[')
-            for i, item in enumerate(items):
-                out.write((b"," if i else b"") + b'{"request":')
-                out.write(item.path.read_bytes())
-                out.write(b',"metadata":' + json.dumps({"key": item.custom_id}).encode() + b"}")
-            out.write(b"]}}}}")
+        await asyncio.to_thread(_write, path, items)  # off the event loop
         size = path.stat().st_size
         try:
             operation = await self.control.json("POST", self.create_url, content=lambda: file_chunks(path),
@@ -110,6 +111,17 @@ class GeminiBatch(BatchAPI):
             line = _line(entry, wanted)
             if line is not None:
                 yield line
+
+
+def _write(path: Path, items: list[Item]) -> None:
+    head = {"display_name": f"wildtrace-{items[0].custom_id[:16]}-{len(items)}"}
+    with open(path, "wb") as out:
+        out.write(b'{"batch":' + json.dumps(head).encode()[:-1] + b',"input_config":{"requests":{"requests":[')
+        for i, item in enumerate(items):
+            out.write((b"," if i else b"") + b'{"request":')
+            out.write(item.path.read_bytes())
+            out.write(b',"metadata":' + json.dumps({"key": item.custom_id}).encode() + b"}")
+        out.write(b"]}}}}")
 
 
 def _inlined(operation: dict) -> list[Any]:

@@ -12,6 +12,7 @@ or not at all: either way they are unfinished and sent again.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import urllib.parse
 from collections.abc import AsyncIterator
@@ -58,14 +59,17 @@ class OpenAIBatch(BatchAPI):
     def item_bytes(self, item: Item) -> int:
         return item.size + len(self._prefix(item.custom_id)) + 2
 
-    async def create(self, items: list[Item], spool: Path) -> tuple[str, str | None]:
-        """Write the JSONL (each body spliced in as its exact bytes), upload it, create the batch."""
-        path = spool / f"openai-{items[0].custom_id[:16]}-{len(items)}.jsonl"
+    def _write(self, path: Path, items: list[Item]) -> None:
         with open(path, "wb") as out:
             for item in items:
                 out.write(self._prefix(item.custom_id))
                 out.write(item.path.read_bytes())
                 out.write(b"}\n")
+
+    async def create(self, items: list[Item], spool: Path) -> tuple[str, str | None]:
+        """Write the JSONL (each body spliced in as its exact bytes), upload it, create the batch."""
+        path = spool / f"openai-{items[0].custom_id[:16]}-{len(items)}.jsonl"
+        await asyncio.to_thread(self._write, path, items)  # up to 200 MB: off the event loop
         try:
             uploaded = await self.control.json("POST", f"{self.control.base_url}/files", data={"purpose": "batch"},
                                                files=("file", str(path), "application/jsonl"))

@@ -22,8 +22,8 @@ from wildtrace.core.caps import decide
 from wildtrace.core.prompts import judge_prompt
 from wildtrace.core.records import CallResult
 from wildtrace.core.tasks import Task
-from wildtrace.runtime.batch.anthropic import AnthropicBatch
 from wildtrace.providers.anthropic import ANTHROPIC_VERSION
+from wildtrace.runtime.batch.anthropic import AnthropicBatch
 from wildtrace.runtime.batch.base import LINE_OVERHEAD, BatchAPI, Control
 from wildtrace.runtime.batch.gemini import GeminiBatch
 from wildtrace.runtime.batch.ledger import Ledger

@@ -30,7 +30,14 @@ from typing import Any
 
 from wildtrace.core import records as R
 from wildtrace.core.records import CallResult, Usage
-from wildtrace.runtime.batch.base import LINE_OVERHEAD, BatchAPI, BatchError, Item, Line, Status
+from wildtrace.runtime.batch.base import (
+    LINE_OVERHEAD,
+    BatchAPI,
+    BatchError,
+    Item,
+    Line,
+    Status,
+)
 from wildtrace.runtime.batch.ledger import BatchRecord, Ledger
 from wildtrace.runtime.http import Attempt, Endpoint, interpret, is_storable
 from wildtrace.runtime.retry import FAIL, QUOTA, classify
