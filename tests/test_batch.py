@@ -245,7 +245,12 @@ class BatchServer:
         for ref, lines in (("output_file_id", out), ("error_file_id", err)):
             if lines:
                 file_id = f"file-{batch_id}-{ref[:3]}"
-                self.files[file_id] = "".join(json.dumps(line) + "\n" for line in lines).encode()
+                data = "".join(json.dumps(line) + "\n" for line in lines).encode()
+                if getattr(self, "garbage", False):  # hostile bytes around the real lines
+                    data = (b"not json at all\n\xff\xfe\x00\n[1,2]\n" + data
+                            + json.dumps({"custom_id": "f" * 64, "response": {"status_code": 200, "body": {}}}).encode()
+                            + b"\n" + b'{"custom_id": ' * 1000 + b"\n")
+                self.files[file_id] = data
                 batch[ref] = file_id
 
     def item(self, custom_id: str, body: dict, shape: Any) -> tuple[int, dict]:
@@ -422,6 +427,10 @@ def test_batch_run_answers_and_judges_every_task_through_the_batch_api(tmp_path,
     assert {r["batch_id"] for r in recorded} == set(server.batches)
     assert sorted(k for r in recorded for k in r["custom_ids"]) == sorted(batch_items(server))
     assert all(r["state"] == "collected" for r in recorded)
+    # The key is in none of the files the run wrote, nor in the shared batch records.
+    for path in [*run_dir.rglob("*"), *Path(cfg.cache.dir).rglob("*")]:
+        if path.is_file():
+            assert test_key.encode() not in path.read_bytes(), path
 
 
 def test_a_batch_item_is_the_synchronous_request_byte_for_byte(tmp_path, release, test_key):
@@ -772,3 +781,31 @@ def test_a_failed_batch_sends_its_items_again_in_the_next_round(tmp_path, releas
     assert sorted(k for k, _ in server.items["batch_1"]) == sorted(k for k, _ in server.items["batch_2"])
     answers = rows(Path(cfg.out_dir), "responses.json")
     assert [(r["status"], r["attempts"]) for r in answers] == [("answered", 2)] * N_TASKS
+
+
+def test_hostile_result_files_are_read_around(tmp_path, release, test_key):
+    """Lines that are not JSON, not objects, for a custom_id never sent, or unterminated: ignored."""
+    with BatchServer() as server:
+        server.garbage = True
+        cfg = settings(tmp_path, overrides(server.url, release) + ["stage=answer"])
+        assert run(cfg).exit_code == 0
+    assert [r["status"] for r in rows(Path(cfg.out_dir), "responses.json")] == ["answered"] * N_TASKS
+    assert len(server.batches) == 1
+
+
+def test_a_result_line_past_its_bound_is_skipped_and_its_item_sent_again(tmp_path, release, test_key):
+    def huge_once(custom_id: str, body: dict, n: int) -> tuple[int, dict] | None:
+        if "[q1]" in body["messages"][0]["content"] and n == 0:
+            reply = openai_body(body)
+            reply["choices"][0]["message"]["content"] = "x" * (200 << 10)
+            return 200, reply
+        return None
+
+    with BatchServer() as server:
+        server.script = huge_once
+        cfg = settings(tmp_path, overrides(server.url, release) + ["stage=answer", "max_response_mb=0.05"])
+        assert run(cfg).exit_code == 0
+    answers = {r["question_id"]: r for r in rows(Path(cfg.out_dir), "responses.json")}
+    assert answers["q1"]["status"] == "answered" and answers["q1"]["attempts"] == 2
+    assert answers["q1"]["response"].startswith("Answer for q1")
+    assert [len(items) for items in server.items.values()] == [N_TASKS, 1]
