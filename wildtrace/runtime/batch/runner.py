@@ -93,6 +93,8 @@ class Runner:
                                f"({self.endpoint.quota_error})")
                 fresh = []
             for chunk in self._chunks(fresh):
+                if self.stop.is_set():  # no new batch once a stop is asked for
+                    break
                 record = await self._create(chunk)
                 if record is not None:
                     waits.append(record)
