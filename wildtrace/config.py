@@ -195,6 +195,7 @@ class RetryConfig:
 class BatchConfig:
     """Batch mode's waiting (docs/batch.md): how often a pending batch is polled, and for how long."""
 
+    #: Seconds between two polls of a pending batch.
     poll_s: float = 60.0
     #: The longest wait for one batch, from its creation (the providers' window is 24 h).
     max_wait_h: float = 24.0
@@ -245,6 +246,7 @@ class WildtraceConfig:
     cache: CacheConfig = field(default_factory=CacheConfig)
     mlflow: MlflowConfig = field(default_factory=MlflowConfig)
     gateway: GatewayConfig = field(default_factory=GatewayConfig)
+    #: Batch mode's polling and longest wait (which endpoints: model.batch, judge_panel.batch).
     batch: BatchConfig = field(default_factory=BatchConfig)
     #: all | answer | judge
     stage: str = "all"
