@@ -55,6 +55,17 @@ def test_a_reservation_is_replaced_by_the_real_cost():
     asyncio.run(go())
 
 
+@pytest.mark.parametrize("cached", [False, True])
+def test_an_outcome_from_a_batch_is_priced_at_the_batch_discount(cached):
+    """A batched result (runtime/batch marks it) costs (1 - batch_discount), also as a cached original cost."""
+    from dataclasses import replace
+
+    book = Ledger.build({"model": (Price(**PRICE, batch_discount=0.5), "openai", None)}, None)
+    settled = book.settle("model", replace(result(400, 100, cached=cached), batched=True))
+    paid = settled.original_cost_usd if cached else settled.cost_usd
+    assert paid == pytest.approx(0.0007)  # half of $0.0004 + $0.001
+
+
 @pytest.mark.parametrize("run_cap, cap, fits", [
     (0.003, None, True),  # exactly the worst case fits
     (0.0029999, None, False),

@@ -54,6 +54,19 @@ def test_a_pending_judge_call_holds_an_answer_of_unknown_length():
     assert (row["output_tokens_min"], row["output_tokens_max"]) == (20, 50)
 
 
+@pytest.mark.parametrize(("discount", "factor"), [(0.5, Decimal("0.5")), (None, None)])
+def test_a_batched_endpoint_is_estimated_at_its_batch_price(discount, factor):
+    """Batched calls at (1 - batch_discount) of the price; no known discount: unknown, not the full price."""
+    price = Price(1.0, 2.0, batch_discount=discount)
+    calls = [PlannedCall("model", 3300, False, 100)]
+    sync = price_calls(calls, {"model": price}, {"model": 100}, 100)["endpoints"]["model"]
+    batch = price_calls(calls, {"model": price}, {"model": 100}, 100, frozenset({"model"}))["endpoints"]["model"]
+    if factor is None:
+        assert batch["usd_min"] is None and batch["usd_max"] is None
+    else:
+        assert Decimal(str(batch["usd_max"])) == (Decimal(str(sync["usd_max"])) * factor).quantize(Decimal("1e-6"))
+
+
 def test_an_unpriced_endpoint_makes_the_total_unknown_not_smaller():
     est = price_calls([PlannedCall("model", 3300, False, 10), PlannedCall("a", 330, False, 10)],
                       {"model": Price(1.0, 1.0), "a": Price()}, {"model": 10, "a": 10}, 10)

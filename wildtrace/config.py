@@ -147,6 +147,8 @@ class EndpointConfig:
     price: PriceConfig = field(default_factory=PriceConfig)
     #: A spend cap for this endpoint alone, in USD (null: none); see budget.max_usd.
     max_usd: Optional[float] = None
+    #: Send this endpoint's calls through the provider's batch API (openai, anthropic, gemini): docs/batch.md.
+    batch: bool = False
 
 
 @dataclass
@@ -195,6 +197,8 @@ class JudgePanelConfig:
     temperature: float = 0.1
     max_tokens: int = 16384
     replicate: int = 0
+    #: Every judge through its provider's batch API (as ``judges.<key>.batch=true`` for each).
+    batch: bool = False
     judges: dict[str, JudgeConfig] = field(default_factory=dict)
 
 
@@ -217,6 +221,16 @@ class RetryConfig:
     backoff_base_s: float = 1.0
     backoff_max_s: float = 60.0
     retry_after_max_s: float = 300.0
+
+
+@dataclass
+class BatchConfig:
+    """Batch mode's waiting (docs/batch.md): how often a pending batch is polled, and for how long."""
+
+    #: Seconds between two polls of a pending batch.
+    poll_s: float = 60.0
+    #: The longest wait for one batch, from its creation (the providers' window is 24 h).
+    max_wait_h: float = 24.0
 
 
 @dataclass
@@ -288,6 +302,8 @@ class WildtraceConfig:
     gateway: GatewayConfig = field(default_factory=GatewayConfig)
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     estimate: EstimateConfig = field(default_factory=EstimateConfig)
+    #: Batch mode's polling and longest wait (which endpoints: model.batch, judge_panel.batch).
+    batch: BatchConfig = field(default_factory=BatchConfig)
     #: all | answer | judge
     stage: str = "all"
     #: With stage=judge: a responses.json (or JSON rows) to judge.
@@ -448,6 +464,7 @@ def validate(cfg: WildtraceConfig) -> WildtraceConfig:
         _check_temperature("judge_panel.temperature", cfg.judge_panel.temperature,
                            {f"judge_panel.judges.{k}": j.provider for k, j in cfg.judge_panel.judges.items()
                             if j.send_temperature})
+    _check_batch(cfg)
     r = cfg.retry
     if r.max_retries < 0:
         raise ConfigError(f"retry.max_retries must be >= 0 (0 = no retries), got {r.max_retries}")
@@ -460,6 +477,41 @@ def validate(cfg: WildtraceConfig) -> WildtraceConfig:
         if not value > 0:
             raise ConfigError(f"{name} must be positive, got {value}")
     return cfg
+
+
+#: Wire formats whose batch API wildtrace speaks (runtime/batch).
+BATCH_PROVIDERS = ("openai", "anthropic", "gemini")
+
+
+def batch_labels(cfg: WildtraceConfig) -> frozenset[str]:
+    """The endpoints the run sends in batch: "model" and judge keys."""
+    labels = {"model"} if cfg.model.batch and cfg.stage != "judge" else set()
+    if cfg.stage != "answer":
+        labels |= {k for k, j in cfg.judge_panel.judges.items() if j.batch or cfg.judge_panel.batch}
+    return frozenset(labels)
+
+
+def _check_batch(cfg: WildtraceConfig) -> None:
+    labels = batch_labels(cfg)
+    for label in sorted(labels):
+        endpoint = cfg.model if label == "model" else cfg.judge_panel.judges[label]
+        key = "model.batch" if label == "model" else (f"judge_panel.judges.{label}.batch"
+                                                      if endpoint.batch else "judge_panel.batch")
+        if endpoint.provider not in BATCH_PROVIDERS:
+            raise ConfigError(f"{key}=true: provider {endpoint.provider!r} has no batch mode here "
+                              f"(choose from {', '.join(BATCH_PROVIDERS)}, or set {key}=false)")
+        # Batch items are sent by the batch phase, not through the call that reserves a worst case
+        # against a cap first: under a cap they could overrun it, so the two are not combined (yet).
+        caps = [k for k, v in (("budget.max_usd", cfg.budget.max_usd),
+                               (("model" if label == "model" else f"judge_panel.judges.{label}") + ".max_usd",
+                                endpoint.max_usd)) if v is not None]
+        if caps:
+            raise ConfigError(f"{key}=true with {' and '.join(caps)}: a spend cap is not enforced on batched calls "
+                              f"yet (docs/batch.md); unset the cap or send {label}'s calls synchronously")
+    for name in ("poll_s", "max_wait_h"):
+        value = getattr(cfg.batch, name)
+        if not value > 0:
+            raise ConfigError(f"batch.{name} must be positive, got {value}")
 
 
 def to_settings(dict_cfg: Any) -> WildtraceConfig:

@@ -29,7 +29,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from wildtrace.app import CONF_DIR, prepare, route_console_to_stderr
-from wildtrace.config import ConfigError, WildtraceConfig, price_of, register
+from wildtrace.config import ConfigError, WildtraceConfig, batch_labels, price_of, register
 from wildtrace.core.cost import Billable, Price, exact_cost, in_tier
 from wildtrace.runtime.pipeline import PlannedCall
 
@@ -44,17 +44,18 @@ def tokens_of(chars: int, cjk: bool) -> int:
     return math.ceil(max(chars, 0) / CHARS_PER_TOKEN["cjk" if cjk else "en"])
 
 
-def _usd(price: Price | None, input_tokens: int, output_tokens: int) -> float | None:
-    exact = exact_cost(price, Billable(input_tokens, 0, output_tokens))
+def _usd(price: Price | None, input_tokens: int, output_tokens: int, batched: bool = False) -> float | None:
+    exact = exact_cost(price, Billable(input_tokens, 0, output_tokens), batched)
     return None if exact is None else float(exact)
 
 
 def price_calls(calls: Iterable[PlannedCall], prices: Mapping[str, Price | None], typical: Mapping[str, int],
-                answer_max_tokens: int) -> dict:
+                answer_max_tokens: int, batched: frozenset[str] = frozenset()) -> dict:
     """estimate.json from the planned calls: per endpoint and the total (USD None where a price is missing).
 
     ``typical``: label → a typical reply's output tokens; ``answer_max_tokens``: the answers'
-    budget, the longest answer a pending judge call may hold.
+    budget, the longest answer a pending judge call may hold; ``batched``: the endpoints sent
+    through a batch API, priced with their ``batch_discount`` (unknown where it has none).
     """
     rows: dict[str, dict] = {label: {"calls": 0, "input_tokens": 0, "input_tokens_max": 0, "output_tokens_min": 0,
                                      "output_tokens_max": 0, "tier_calls": 0, "usd_min": 0.0, "usd_max": 0.0}
@@ -72,7 +73,8 @@ def price_calls(calls: Iterable[PlannedCall], prices: Mapping[str, Price | None]
         row["output_tokens_min"] += low_out
         row["output_tokens_max"] += call.max_tokens
         row["tier_calls"] += int(price is not None and in_tier(price, low_in))
-        for key, usd in (("usd_min", _usd(price, low_in, low_out)), ("usd_max", _usd(price, high_in, call.max_tokens))):
+        b = call.label in batched
+        for key, usd in (("usd_min", _usd(price, low_in, low_out, b)), ("usd_max", _usd(price, high_in, call.max_tokens, b))):
             row[key] = None if usd is None or row[key] is None else row[key] + usd
     for row in rows.values():
         for key in ("usd_min", "usd_max"):
@@ -93,7 +95,7 @@ def estimate(cfg: WildtraceConfig) -> dict:
     answer, _ = samplings(cfg)
     prices = {s.label: price_of(configs[s.label]) for s in specs}
     typical = {s.label: cfg.estimate.answer_tokens if s.label == "model" else cfg.estimate.judge_tokens for s in specs}
-    out = price_calls(survey.planned, prices, typical, answer.max_tokens)
+    out = price_calls(survey.planned, prices, typical, answer.max_tokens, batch_labels(cfg))
     out["missing_prices"] = {s.label: f"{'model' if s.label == 'model' else 'judge_panel.judges.' + s.label}.price."
                              + prices[s.label].missing()[0] for s in specs if prices[s.label].missing()}
     out["plan"] = {"answers_to_request": survey.answers_to_request, "answers_cached": survey.answers_cached,

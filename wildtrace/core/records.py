@@ -107,6 +107,7 @@ class CallResult:
     notes: tuple[str, ...] = ()  # what the harness changed on the way (non-finite numbers nulled, …)
     cost_usd: float | None = None  # this run's cost of the call (0 when cached); None: unknown
     original_cost_usd: float | None = None  # when cached: what the paid call cost
+    batched: bool = False  # sent through the provider's batch API (its batch discount applies)
 
 
 @dataclass
@@ -137,6 +138,7 @@ class AnswerRecord:
     notes: list[str] = field(default_factory=list)  # what the harness changed on the way
     cost_usd: float | None = None  # what this call cost in this run (0 when cached); None: unknown
     original_cost_usd: float | None = None  # when cached: what the paid call cost
+    batched: bool = False  # sent through the provider's batch API (its batch discount applies)
 
     def to_dict(self) -> dict:
         """Plain dict for JSON rows."""
@@ -172,6 +174,7 @@ class JudgmentRecord:
     notes: list[str] = field(default_factory=list)  # what the harness changed on the way
     cost_usd: float | None = None  # what this call cost in this run (0 when cached); None: unknown
     original_cost_usd: float | None = None  # when cached: what the paid call cost
+    batched: bool = False  # sent through the provider's batch API (its batch discount applies)
 
     def to_dict(self) -> dict:
         """Plain dict for JSON rows."""

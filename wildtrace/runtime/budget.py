@@ -209,7 +209,7 @@ class Ledger:
             self._notify()
         if result.reason == R.BUDGET_EXHAUSTED:
             return replace(result, cost_usd=0.0)
-        exact = self._cost(account, result, ticket is not None and ticket.batched)
+        exact = self._cost(account, result, (ticket is not None and ticket.batched) or result.batched)
         if result.cached:
             if exact is None:
                 account.original_unknown += 1

@@ -207,6 +207,13 @@ class Endpoint:
         self.quota_error: str | None = None
         self.served_models: dict[str, int] = {}
         self.storage_error: StorageError | None = None  # the first store that failed; the run stops sending
+        #: Outcomes this run already has by cache key (batch mode: runtime/batch), returned instead of sending.
+        self.ready: dict[str, CallResult] = {}
+
+    @property
+    def auth(self) -> dict[str, str]:
+        """The headers that carry the key (for the batch API's own requests; never logged)."""
+        return dict(self._auth)
 
     @property
     def label(self) -> str:
@@ -246,6 +253,8 @@ class Endpoint:
             if prepared is None or prepared.request is not request or prepared.replicate != replicate:
                 prepared = self.prepare(request, replicate)
             content, key, material = prepared.content, prepared.key, prepared.material
+            if key in self.ready:  # fetched through the batch API in this run (runtime/batch)
+                return self.ready[key]
             hit = self._lookup(key, request)
             if hit is not None:
                 return hit
@@ -270,7 +279,8 @@ class Endpoint:
         try:
             self.cache.put(key, material, {"payload": result.raw, "http_status": result.http_status,
                                            "attempts": result.attempts, "latency_s": result.latency_s,
-                                           "started_at": result.started_at, "notes": list(result.notes)})
+                                           "started_at": result.started_at, "notes": list(result.notes),
+                                           "batched": result.batched})
         except StorageError as exc:
             self.storage_error = self.storage_error or exc
             return replace(result, notes=result.notes + (f"not cached: {exc}",))
@@ -287,13 +297,21 @@ class Endpoint:
         notes = stored.get("notes")
         notes = tuple(n for n in notes if isinstance(n, str)) if isinstance(notes, list) else ()
         return self._finish(replace(result, started_at=started_at, cached=True, notes=notes,
-                                    original_latency_s=float(stored["latency_s"])), request)
+                                    original_latency_s=float(stored["latency_s"]),
+                                    batched=stored.get("batched") is True), request)
+
+    #: The cache store, for outcomes that arrive by another transport (a batch's results).
+    store_outcome = _store
 
     def _finish(self, result: CallResult, request: WireRequest) -> CallResult:
         """What every outcome gets before it is recorded: temperature sent, the served model, redaction."""
+        return self.settle(result, self.provider.temperature_sent(request))
+
+    def settle(self, result: CallResult, temperature_sent: bool | str) -> CallResult:
+        """``_finish`` for an outcome whose request is no longer at hand (a batch item's)."""
         if result.served_model:
             self.served_models[result.served_model] = self.served_models.get(result.served_model, 0) + 1
-        result = replace(result, temperature_sent=self.provider.temperature_sent(request))
+        result = replace(result, temperature_sent=temperature_sent)
         if result.ok:
             return result
         return replace(result, error=redact(result.error), raw=redact(result.raw))
@@ -446,6 +464,11 @@ class Endpoint:
 
     def _http_error(self, attempt: Attempt) -> str:
         return f"HTTP {attempt.status}: {self.provider.error_message(attempt.payload)}"
+
+    @staticmethod
+    def failure_reason(attempt: Attempt) -> str:
+        """A final failure's reason: context_length when the provider says the prompt does not fit."""
+        return Endpoint._reason(attempt)
 
     @staticmethod
     def _reason(attempt: Attempt) -> str:

@@ -30,6 +30,7 @@ from wildtrace.core.views import task_outcome
 from wildtrace.providers.base import EndpointSpec, Provider, Sampling
 from wildtrace.providers.registry import make_provider
 from wildtrace.runtime.budget import Ledger
+from wildtrace.runtime.batch import BatchSettings, batch_phase
 from wildtrace.runtime.cache import Cache, cache_key
 from wildtrace.runtime.dataset import Dataset, read_document
 from wildtrace.runtime.http import Endpoint, Prepared, encode_body, interpret, local_transport
@@ -60,6 +61,8 @@ class Counters:
     #: label → count of calls made (cached or not) and their errors, for the dominant error.
     calls: Counter = field(default_factory=Counter)
     errors: dict[str, Counter] = field(default_factory=dict)
+    #: batch id → its endpoint, state and counts (batch mode), for the progress line.
+    batches: dict[str, str] = field(default_factory=dict)
 
     def as_postfix(self) -> dict[str, int]:
         """Short names for the progress line."""
@@ -93,7 +96,8 @@ def call_fields(result: CallResult) -> dict:
             "raw": result.raw, "reasoning": result.reasoning, "served_model": result.served_model,
             "cached": result.cached, "original_latency_s": result.original_latency_s,
             "temperature_sent": result.temperature_sent, "notes": list(result.notes),
-            "cost_usd": result.cost_usd, "original_cost_usd": result.original_cost_usd}
+            "cost_usd": result.cost_usd, "original_cost_usd": result.original_cost_usd,
+            "batched": result.batched}
 
 
 def answer_record(task: Task, caps: CapsDecision, document: dict, prompt_sha: str, prompt_ref: str,
@@ -148,6 +152,7 @@ class Plan:
     grace_s: float = 10.0  # after a stop, how long in-flight calls may finish
     served: dict[str, ServedPolicy] = field(default_factory=dict)  # label → served-model rule (runtime/served.py)
     ledger: Ledger = field(default_factory=Ledger)  # prices, spend and caps (runtime/budget.py)
+    batch: BatchSettings | None = None  # endpoints sent through the providers' batch APIs (runtime/batch)
 
 
 @dataclass
@@ -329,6 +334,11 @@ class _Run:
         self.judgments: dict[tuple[str, str], JudgmentRecord] = {}
         self.done: set[str] = set()
 
+    def show_batch(self, batch_id: str, line: str) -> None:
+        """A batch's state for the progress line."""
+        self.counters.batches[batch_id] = line
+        self.progress(self.counters, False)
+
     def _check_storage(self, endpoint: Endpoint) -> None:
         if endpoint.storage_error is not None:
             self.stop.request(f"storage failure: {endpoint.storage_error}")
@@ -449,6 +459,13 @@ class _Run:
 
     async def all_tasks(self) -> None:
         plan, tasks = self.plan, self.plan.dataset.tasks
+        if plan.batch is not None:  # batched endpoints' outcomes first; the calls below then find them
+            try:
+                await batch_phase(plan, self.prepare, self.stop.event, plan.batch, self.show_batch)
+            except OSError as exc:  # the spool or a batch record cannot be written: stop as a failed store does
+                self.stop.request(f"storage failure: {exc}")
+            if self.stop.is_set():
+                return
         async with asyncio.TaskGroup() as group:
             if plan.given_answers is not None:
                 for task in tasks:

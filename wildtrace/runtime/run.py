@@ -22,7 +22,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from wildtrace import __version__
-from wildtrace.config import ConfigError, EndpointConfig, WildtraceConfig, caps_of, effective_max_tokens, price_of
+from wildtrace.config import (ConfigError, EndpointConfig, WildtraceConfig, batch_labels, caps_of,
+                              effective_max_tokens, price_of)
 from wildtrace.config_check import spec_warnings
 from wildtrace.core import views
 from wildtrace.core.events import RunEnd, RunObserver, RunStart
@@ -35,6 +36,7 @@ from wildtrace.runtime.cache import JOURNAL, Cache, StorageError, check_writable
 from wildtrace.runtime.dataset import Dataset, load_dataset
 from wildtrace.runtime.http import Endpoint
 from wildtrace.files import write_json
+from wildtrace.runtime.batch import BatchSettings
 from wildtrace.runtime.pipeline import Counters, Outcome, Plan, Stop, Survey, execute, make_endpoint, survey
 from wildtrace.runtime.responses import load_responses
 from wildtrace.runtime.retry import RetryPolicy
@@ -290,6 +292,8 @@ class _Progress:
         if self.bar is not None:
             if task_done:
                 self.bar.update(1)
+            if c.batches:  # batch mode: each batch's state and counts while the bar waits
+                self.bar.set_description_str("tasks · " + "; ".join(c.batches.values()), refresh=False)
             spend = self.ledger.progress()
             self.bar.set_postfix({**c.as_postfix(), **({"usd": spend.removeprefix("spent ")} if spend else {})},
                                  refresh=False)
@@ -304,7 +308,8 @@ class _Progress:
         log.info("progress: %d/%d tasks (%.2f/s) · ok %d · failed %d · ooc %d · judged %d · unavailable %d · "
                  "retries %d · limits %s%s", c.tasks_done, self.total, c.tasks_done / elapsed, c.answered, c.failed,
                  c.out_of_context, c.judged, c.judge_unavailable, c.retries, limits,
-                 f" · {spend}" if (spend := self.ledger.progress()) else "")
+                 (f" · {spend}" if (spend := self.ledger.progress()) else "")
+                 + "".join(f" · batch {line}" for line in c.batches.values()))
 
     def close(self, c: Counters) -> None:
         """End the bar, or write the last line."""
@@ -390,6 +395,15 @@ def plan_run(cfg: WildtraceConfig) -> tuple[Dataset, list[EndpointSpec], Survey]
     return dataset, specs, _survey(cfg, dataset, specs, cache, given, answer_sampling, judge_sampling)
 
 
+def batch_settings(cfg: WildtraceConfig, out_dir: Path) -> BatchSettings | None:
+    """Batch mode's settings, or None when no endpoint of the stage is batched."""
+    labels = batch_labels(cfg)
+    if not labels:
+        return None
+    shared = Path(cfg.cache.dir) / "batches" if cfg.cache.enabled else None
+    return BatchSettings(labels, cfg.batch.poll_s, cfg.batch.max_wait_h, out_dir, shared)
+
+
 def run(cfg: WildtraceConfig, overrides: Sequence[str] = (), parent_run_id: str | None = None,
         observer: RunObserver | None = None) -> RunResult:
     """Execute one job. Raises DatasetError / ConfigError / MissingKeyError / StorageError before any request.
@@ -432,6 +446,7 @@ def run(cfg: WildtraceConfig, overrides: Sequence[str] = (), parent_run_id: str 
         answer_replicate=cfg.decoding.replicate, judge_replicate=cfg.judge_panel.replicate,
         model=endpoints.get("model"), judges=[endpoints[s.label] for s in specs if s.label != "model"],
         given_answers=given, grace_s=cfg.stop_grace_s, served=rules, ledger=ledger,
+        batch=batch_settings(cfg, out_dir),
     )
     warnings = [{"code": code, "message": message} for code, message in spec_warnings(cfg)]
     warnings += [o.to_dict() for o in oddities(dataset.tasks, {f: d.chars for f, d in dataset.documents.items()})]

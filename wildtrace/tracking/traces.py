@@ -96,6 +96,8 @@ def call_attributes(row: Mapping, model: str | None) -> dict[str, Any]:
         attrs["wildtrace.original_latency_s"] = row.get("original_latency_s")
         attrs["wildtrace.original_cost_usd"] = row.get("original_cost_usd")
     attrs["wildtrace.cost_usd"] = row.get("cost_usd")  # None (unknown) is left off, never written as 0
+    if row.get("batched"):  # sent through the provider's batch API (runtime/batch): its discount applies
+        attrs["wildtrace.batched"] = True
     if row.get("temperature_sent") is not None:
         sent = row["temperature_sent"]  # True, False, or "ignored" (sent; the provider documents it ignores it)
         attrs["wildtrace.temperature_sent"] = sent if isinstance(sent, str) else bool(sent)
