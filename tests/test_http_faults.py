@@ -131,6 +131,7 @@ ENCODERS = {
     "deflate-zlib": ("deflate", zlib.compress),  # RFC 9110's deflate: the zlib format
     "deflate-raw": ("deflate", raw_deflate),  # what some servers send as "deflate"
     "gzip-twice": ("gzip, gzip", lambda data: gzip.compress(gzip.compress(data))),
+    "gzip-two-members": ("gzip", lambda data: gzip.compress(data[:10]) + gzip.compress(data[10:])),
     "identity-then-gzip": ("identity, gzip", gzip.compress),
 }
 
@@ -210,7 +211,7 @@ def test_a_gzip_bomb_stops_at_max_response_mb_without_inflating_it(stream):
         finally:
             tracemalloc.stop()
     assert (result.ok, result.reason, result.attempts) == (False, R.RESPONSE_TOO_LARGE, 1)
-    assert "1048576 bytes" in result.error and "decoded" in result.error
+    assert "1048576 bytes" in result.error and "after decoding" in result.error
     assert peak < 24 << 20, f"peak {peak} bytes: the bomb was inflated past the bound"
 
 
@@ -227,11 +228,15 @@ def test_an_encoding_that_cannot_be_decoded_is_named_not_parsed(encoding, stream
     assert result.attempts == len(server.calls) == FAST_RETRIES + 1  # a bad response: transient, retried
 
 
+@pytest.mark.parametrize("damage", ["flipped", "truncated"])
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
-def test_a_corrupt_gzip_body_is_a_bad_response_and_the_retry_gets_the_answer(stream):
+def test_a_corrupt_gzip_body_is_a_bad_response_and_the_retry_gets_the_answer(stream, damage):
     good = compressed_reply("openai", stream, "gzip", gzip.compress)
     corrupt = bytearray(gzip.compress(stream_bytes("openai") if stream else json.dumps(plain_body("openai")).encode()))
-    corrupt[20:30] = b"\xff" * 10
+    if damage == "flipped":
+        corrupt[20:30] = b"\xff" * 10
+    else:
+        del corrupt[-6:]  # the CRC and length trailer: the body ends inside the gzip stream
 
     def responder(c: Call) -> Reply:
         if c.seen == 0:
@@ -282,6 +287,18 @@ def test_a_200_without_an_answer_is_a_transient_bad_response_never_cached(tmp_pa
         assert len(result.error) < 600
         call(server, provider=provider, stream=stream, cache=cache)  # nothing was cached: it is asked again
         assert len(server.calls) == 2 * (FAST_RETRIES + 1)
+
+
+@pytest.mark.parametrize("events", [
+    pytest.param(b"data: [DONE]\n\n", id="done-only"),
+    pytest.param(b'data: {"choices":[],"usage":{"prompt_tokens":11}}\n\ndata: [DONE]\n\n', id="usage-only"),
+])
+def test_a_stream_without_a_choice_is_a_bad_response_not_an_empty_answer(tmp_path, events):
+    with LoopbackServer(lambda c: Reply(200, chunks=[events], content_type="text/event-stream")) as server:
+        result = call(server, stream=True, cache=Cache(tmp_path / "cache"))
+    assert (result.reason, result.attempts) == (R.BAD_RESPONSE, FAST_RETRIES + 1)
+    assert result.error.startswith(f"HTTP 200 text/event-stream, {len(events)} bytes: data: ")
+    assert "empty 'choices' list" in result.error
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic", "gemini"])
@@ -447,7 +464,9 @@ def test_a_key_echoed_in_a_200_is_written_nowhere_and_never_forwarded(tmp_path, 
     assert test_key not in out + err
 
 
-def test_answers_read_from_a_responses_file_are_scrubbed_before_the_judge_sees_them(tmp_path, test_key):
+def test_answers_read_from_a_responses_file_are_scrubbed_before_the_judge_sees_them(tmp_path, monkeypatch):
+    test_key = "sk-judge-stage-" + os.urandom(12).hex()  # registered by this run only, once its keys are read
+    monkeypatch.setenv(TEST_KEY_ENV, test_key)
     tasks, corpus = echo_release(tmp_path)
     earlier = tmp_path / "earlier.json"
     earlier.write_text(json.dumps([{"question_id": f"q{i}", "response": f"Worn seal. Bearer {test_key}"}
@@ -460,6 +479,9 @@ def test_answers_read_from_a_responses_file_are_scrubbed_before_the_judge_sees_t
         result = run(cfg)
         assert len(server.calls) == 2
         assert all(test_key.encode() not in c.raw for c in server.calls)
+        assert all("Worn seal. Bearer [REDACTED]" in c.prompt for c in server.calls)
+    rows = json.loads((result.out_dir / "responses.json").read_text())
+    assert all("redacted an echoed credential" in r["notes"] for r in rows)
     for path in result.out_dir.rglob("*"):
         if path.is_file():
             assert test_key.encode() not in path.read_bytes(), path
