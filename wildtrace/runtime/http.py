@@ -420,7 +420,7 @@ class Endpoint:
         result = replace(result, temperature_sent=self._has_temperature(request))
         if result.ok:
             return result
-        return replace(result, error=redact(result.error), raw=redact(result.raw))
+        return replace(result, error=redact(result.error), raw=scrub(result.raw)[0])  # iterative: any depth
 
     async def _fetch(self, request: WireRequest, content: bytes, cost_tokens: int, replicate: int) -> CallResult | object:
         started, started_at = time.perf_counter(), time.time()
