@@ -588,3 +588,13 @@ def test_a_request_prepared_before_the_temperature_rule_is_rebuilt_before_it_is_
     assert [r["status"] for r in rows] == [R.ANSWERED] * 6
     assert all(r["temperature_sent"] is False for r in rows)
     assert sum("[q1]" in json.dumps(b, ensure_ascii=False) for b in bodies) == 2  # the held one, then its rebuild
+
+
+def test_a_deeply_nested_error_body_is_recorded_not_raised():
+    """The raw failure body is scrubbed iteratively: the recursive redaction raised RecursionError at ~900 levels."""
+    secrets.register("sk-http-faults-key-0123456789")
+    nested = b"[" * 900 + b"]" * 900
+    with LoopbackServer(lambda c: Reply(400, nested)) as server:
+        result = call(server)
+    assert (result.reason, result.attempts) == (R.HTTP_ERROR, 1)
+    assert result.raw is not None
