@@ -459,7 +459,7 @@ class Endpoint:
                 return _RESEND  # not an attempt of the task: the same request goes again without temperature
             else:
                 error = attempt.failure or self._http_error(attempt)
-                verdict = classify(attempt.status, attempt.headers, attempt.payload) if attempt.failure is None else None
+                verdict = None if attempt.failure else classify(attempt.status, attempt.headers, attempt.payload)
                 if verdict == QUOTA:
                     self.quota_error = error
                     log.warning("%s: quota or spend limit reached (%s); the endpoint's remaining calls fail at once",
