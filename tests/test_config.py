@@ -135,7 +135,7 @@ def test_typos_and_wrong_types_fail_at_compose_naming_the_key(overrides, fragmen
         (["model.max_concurrency=0"], "model.max_concurrency must be at least 1"),
         (["~judge_panel.judges.lexical"], "judge_panel.judges is empty"),
         (["decoding.max_tokens=0"], "decoding.max_tokens must be positive"),
-        (["retry.max_retries=-1"], r"retry.max_retries must be >= 0"),
+        (["retry.max_retries=-1"], r"retry.max_retries must be between 0 and 100"),
         (["retry.backoff_base_s=-1"], r"retry.backoff_base_s must be >= 0"),
         (["decoding.temperature=5"], r"decoding.temperature must be within \[0.0, 2.0\] for model \(offline\), got 5"),
         (["decoding.temperature=-0.1"], r"decoding.temperature must be within"),

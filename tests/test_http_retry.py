@@ -356,11 +356,15 @@ def test_200_empty_output_is_never_retried(content):
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["streamed", "plain"])
-def test_200_unreadable_body_is_bad_response_not_retried(stream):
+def test_200_unreadable_body_is_a_transient_bad_response(stream):
+    """Not an answer of the wire format: retried like a transient error (issue 17 item 6), never cached."""
     script = Script(resp(200, text="not json at all"), resp(200))
     result, _ = call(script, stream=stream)
-    assert result.attempts == 1 and script.count == 1
-    assert result.reason == R.BAD_RESPONSE
+    assert result.ok and result.attempts == 2 and script.count == 2
+    script = Script(resp(200, text="not json at all"))
+    result, _ = call(script, stream=stream)
+    assert result.reason == R.BAD_RESPONSE and result.attempts == script.count == FAST.max_retries + 1
+    assert result.error.startswith("HTTP 200 text/plain; charset=utf-8, 15 bytes: not json at all (")
 
 
 def test_transient_then_refusal_counts_both_attempts():
@@ -375,6 +379,13 @@ def test_transient_then_refusal_counts_both_attempts():
 # --------------------------------------------------------------------------------------
 
 
+OK_BODIES = {
+    "openai": ok_body(),
+    "anthropic": {"content": [{"type": "text", "text": "The answer is 42."}], "stop_reason": "end_turn"},
+    "gemini": {"candidates": [{"content": {"parts": [{"text": "The answer is 42."}]}, "finishReason": "STOP"}]},
+}
+
+
 @pytest.mark.parametrize(
     ("provider", "auth"),
     [
@@ -385,7 +396,7 @@ def test_transient_then_refusal_counts_both_attempts():
 )
 @pytest.mark.parametrize("stream", [True, False], ids=["streamed", "plain"])
 def test_exact_bytes_and_headers_on_the_wire(provider, auth, stream):
-    script = Script(lambda request: httpx.Response(200, json=ok_body()))
+    script = Script(lambda request: httpx.Response(200, json=OK_BODIES[provider]))
     p = make_provider(spec(provider, stream=stream))
     request = p.build_request(PROMPT, SAMPLING)
     if stream:
@@ -400,6 +411,7 @@ def test_exact_bytes_and_headers_on_the_wire(provider, auth, stream):
     assert sent.method == "POST"
     assert str(sent.url) == request.url
     assert sent.headers["content-type"] == "application/json"
+    assert sent.headers["accept-encoding"] == "identity"
     assert sent.headers[auth[0]] == auth[1]
     for name, value in request.headers.items():
         assert sent.headers[name] == value
@@ -740,13 +752,8 @@ def test_disabled_cache_always_calls(tmp_path):
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic", "gemini"])
 def test_cache_file_never_holds_the_key_or_the_prompt(tmp_path, provider):
-    bodies = {
-        "openai": ok_body(),
-        "anthropic": {"content": [{"type": "text", "text": "The answer is 42."}], "stop_reason": "end_turn"},
-        "gemini": {"candidates": [{"content": {"parts": [{"text": "The answer is 42."}]}, "finishReason": "STOP"}]},
-    }
     cache = Cache(tmp_path / "cache")
-    script = Script(resp(429, error_body("rl"), {"Retry-After": "0"}), resp(200, bodies[provider]))
+    script = Script(resp(429, error_body("rl"), {"Retry-After": "0"}), resp(200, OK_BODIES[provider]))
     (result,), _ = cached_calls(script, cache, [(PROMPT, 0)], provider=provider)
     assert result.ok and result.attempts == 2
     files = [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]
@@ -758,7 +765,7 @@ def test_cache_file_never_holds_the_key_or_the_prompt(tmp_path, provider):
     entry = json.loads(text)
     assert set(entry) == {"key", "material", "outcome"}
     assert set(entry["material"]) == {"v", "provider", "url", "route", "body_sha256", "replicate"}
-    assert entry["outcome"]["payload"] == bodies[provider]
+    assert entry["outcome"]["payload"] == OK_BODIES[provider]
     assert entry["outcome"]["attempts"] == 2
     assert not list((tmp_path / "cache").rglob(".tmp-*"))
 

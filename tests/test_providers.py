@@ -310,11 +310,6 @@ OPENAI_PARSE = [
         Completion("fine", "stop", Usage(), None),
         id="refusal-null",
     ),
-    pytest.param(
-        {"choices": [], "usage": {"prompt_tokens": 7}},
-        Completion(None, None, Usage(7, None, None), None),
-        id="empty-choices",
-    ),
 ]
 
 ANTHROPIC_PARSE = [
@@ -408,6 +403,7 @@ MALFORMED = [
     ("openai", {"error": {"message": "overloaded"}}),
     ("openai", {"choices": None}),
     ("openai", {"choices": {"0": {}}}),
+    ("openai", {"choices": [], "usage": {"prompt_tokens": 7}}),  # no answer at all, not an empty one (issue 17)
     ("openai", {"choices": [{"message": {"content": 42}}]}),
     ("anthropic", None),
     ("anthropic", {}),

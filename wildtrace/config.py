@@ -19,6 +19,7 @@ from omegaconf import MISSING, OmegaConf
 from wildtrace.core.caps import Caps
 from wildtrace.core.cost import Price
 from wildtrace.providers.base import check_reasoning
+from wildtrace.runtime.retry import MAX_RETRIES
 
 PROVIDERS = ("openai", "anthropic", "gemini", "offline")
 STAGES = ("all", "answer", "judge")
@@ -466,8 +467,9 @@ def validate(cfg: WildtraceConfig) -> WildtraceConfig:
                             if j.send_temperature})
     _check_batch(cfg)
     r = cfg.retry
-    if r.max_retries < 0:
-        raise ConfigError(f"retry.max_retries must be >= 0 (0 = no retries), got {r.max_retries}")
+    if not 0 <= r.max_retries <= MAX_RETRIES:
+        raise ConfigError(f"retry.max_retries must be between 0 and {MAX_RETRIES} (0 = no retries; the spec's "
+                          f"rule is 5), got {r.max_retries}")
     for name in ("backoff_base_s", "backoff_max_s", "retry_after_max_s"):
         value = getattr(r, name)
         if not value >= 0:

@@ -165,8 +165,8 @@ class OpenAIProvider(Provider):
             cached_tokens=as_int(_mapping(usage.get("prompt_tokens_details")).get("cached_tokens")),
         )
         served = as_str(payload.get("model"))
-        if not payload["choices"]:
-            return Completion(text=None, finish_reason=None, usage=counts, served_model=served)
+        if not payload["choices"]:  # not an empty answer: no answer at all (a bad response, retried)
+            raise ValueError("response has an empty 'choices' list")
         choice = payload["choices"][0]
         message = choice.get("message") or {}
         finish = choice.get("finish_reason")
@@ -196,6 +196,7 @@ class OpenAIStreamReader(StreamReader):
         self.fields: dict[str, list[str]] = {}  # content, refusal, reasoning_content, reasoning -> pieces
         self.details: list[str] = []  # reasoning_details texts (MiniMax)
         self.chunks = 0
+        self.saw_choice = False  # no choice at all is ``choices: []`` (a bad response), not an empty answer
 
     def on_event(self, event: SSEEvent) -> None:
         """One ``data:`` payload: [DONE], an error, or a chunk."""
@@ -222,6 +223,7 @@ class OpenAIStreamReader(StreamReader):
             self.usage_on_top = True
         for choice in chunk.get("choices") or []:
             if isinstance(choice, Mapping) and choice.get("index", 0) == 0:
+                self.saw_choice = True
                 self._choice(choice)
 
     def _choice(self, choice: Mapping[str, Any]) -> None:
@@ -260,8 +262,8 @@ class OpenAIStreamReader(StreamReader):
             message[key] = "".join(pieces)
         if self.details:
             message["reasoning_details"] = [{"type": "reasoning.text", "text": "".join(self.details)}]
-        body: dict[str, Any] = {**self.head, "object": "chat.completion",
-                                "choices": [{"index": 0, "message": message, "finish_reason": self.finish_reason}]}
+        choices = [{"index": 0, "message": message, "finish_reason": self.finish_reason}] if self.saw_choice else []
+        body: dict[str, Any] = {**self.head, "object": "chat.completion", "choices": choices}
         if self.usage is not None:
             body["usage"] = self.usage
         return body

@@ -7,10 +7,16 @@ only place that retries, times out, bounds and caches:
   in another process is waited for rather than paid twice;
 - requests are streamed where the endpoint streams (``timeout_s`` is then the longest
   silence allowed between bytes, ``max_call_s`` bounds one attempt), bodies are bounded;
+- every request asks for ``Accept-Encoding: identity``; a gzip/deflate body sent anyway is
+  decoded incrementally, and the size bound counts the decoded bytes (a bomb stops at it);
 - the retry rule: transient statuses and transport failures retry with backoff, honouring
-  the server's hints; a quota refusal fails this and every later call of the endpoint at
-  once; a 400 that rejects temperature is sent again without it (not an attempt);
-- every error text and raw failure body is redacted before it is recorded.
+  the server's hints; a 2xx that holds no answer of the wire format (``choices: []``, an
+  empty body, an HTML page) is a bad response, retried the same way and never cached; a
+  quota refusal fails this and every later call of the endpoint at once; a 400 that rejects
+  temperature is sent again without it (not an attempt), and so is every request prepared
+  before that was learned, before it is sent;
+- every reply is scrubbed of the run's keys where it enters (a 2xx that echoes the key, too),
+  and every error text and raw failure body is redacted before it is recorded.
 """
 
 from __future__ import annotations
@@ -25,7 +31,8 @@ import ssl
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import AsyncIterator, Callable
+import zlib
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -40,7 +47,7 @@ from wildtrace.runtime.budget import Ticket
 from wildtrace.runtime.cache import Cache, StorageError, cache_key
 from wildtrace.runtime.ratelimit import AdaptiveLimit
 from wildtrace.runtime.retry import FAIL, QUOTA, RetryPolicy, classify, retry_hint, temperature_rejected
-from wildtrace.runtime.secrets import redact
+from wildtrace.runtime.secrets import ECHO_NOTE, redact, scrub
 
 log = logging.getLogger(__name__)
 
@@ -67,17 +74,130 @@ KEEPALIVE = ((socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1),) + tuple(
     for name, value in (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 15), ("TCP_KEEPCNT", 4)) if hasattr(socket, name))
 
 
+#: What every request asks for: an uncompressed body (a server may still compress; see ``decoded_body``).
+ACCEPT_ENCODING = "identity"
+#: The Content-Encodings decoded here, with zlib's window bits (``deflate`` is told by its first bytes).
+ZLIB_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+#: One decoding step yields at most this many bytes, so the size bound stops a bomb within one step.
+DECODE_STEP = 64 << 10
+#: More layers than this ("gzip, gzip, …") is not a real server; refused rather than nested.
+MAX_ENCODINGS = 4
+#: What a bad response's failure text shows of what arrived (characters, control characters escaped).
+PREVIEW_CHARS = 160
+#: The bytes of a body kept for that preview.
+HEAD_BYTES = 1024
+#: A redirect's Location is shown up to this many characters.
+LOCATION_CHARS = 300
+
+
+class UndecodableBody(Exception):
+    """A body in a Content-Encoding not decoded here, or whose bytes do not decode."""
+
+
+def content_encodings(value: str) -> list[str]:
+    """The Content-Encodings a body went through, in the order applied (``identity`` dropped)."""
+    return [e for e in (part.strip().lower() for part in value.split(",")) if e and e != "identity"]
+
+
+def _is_zlib(head: bytes) -> bool:
+    """Whether a deflate body starts with a zlib header (RFC 9110) rather than raw deflate (some servers)."""
+    return head[0] & 0x0F == 8 and head[0] >> 4 <= 7 and ((head[0] << 8) | head[1]) % 31 == 0
+
+
+class _Inflater:
+    """One gzip or deflate layer, incremental: at most DECODE_STEP bytes out per step, so memory
+    stays bounded whatever the body expands to; zlib errors become UndecodableBody."""
+
+    def __init__(self, encoding: str) -> None:
+        self.encoding = encoding
+        self._gzip = encoding != "deflate"
+        self._z: Any = None  # made on the first two bytes (deflate: they tell zlib from raw deflate)
+        self._head = b""  # bytes kept until two are there to look at
+        self._fed = False
+        self._over = False  # the stream ended and what followed was not another gzip member: ignored
+
+    def feed(self, data: bytes) -> Iterator[bytes]:
+        """The decoded bytes of the next piece of the body, in steps."""
+        try:
+            yield from self._feed(data)
+        except zlib.error as exc:
+            raise UndecodableBody(f"the {self.encoding} body does not decode: {exc}") from None
+
+    def _feed(self, data: bytes) -> Iterator[bytes]:
+        data, self._head = self._head + data, b""
+        self._fed = self._fed or bool(data)
+        while data and not self._over:
+            if self._z is None or self._z.eof:
+                if len(data) < 2:
+                    self._head = data
+                    return
+                if self._z is None:
+                    wbits = ZLIB_WBITS["gzip"] if self._gzip else zlib.MAX_WBITS if _is_zlib(data) else -zlib.MAX_WBITS
+                elif self._gzip and data[:2] == b"\x1f\x8b":  # gzip bodies may hold several members
+                    wbits = ZLIB_WBITS["gzip"]
+                else:
+                    self._over = True
+                    return
+                self._z = zlib.decompressobj(wbits)
+            out = self._z.decompress(data, DECODE_STEP)
+            data = self._z.unused_data if self._z.eof else self._z.unconsumed_tail
+            if out:
+                yield out
+
+    def finish(self) -> None:
+        """At the end of the body: a stream cut before its end does not decode."""
+        if self._fed and (self._z is None or not self._z.eof):
+            raise UndecodableBody(f"the {self.encoding} body ends before its compressed stream does")
+
+
+async def _inflated(chunks: AsyncIterator[bytes], encoding: str) -> AsyncIterator[bytes]:
+    layer = _Inflater(encoding)
+    async for chunk in chunks:
+        for piece in layer.feed(chunk):
+            yield piece
+    layer.finish()
+
+
+def decoded_body(chunks: AsyncIterator[bytes], content_encoding: str) -> AsyncIterator[bytes]:
+    """The body's bytes with its Content-Encoding undone, in steps of at most DECODE_STEP.
+
+    Raises UndecodableBody at once for an encoding not decoded here (br, zstd, compress: no
+    bounded decoder is installed, and the request asked for identity), and while reading
+    for bytes that do not decode.
+    """
+    encodings = content_encodings(content_encoding)
+    if len(encodings) > MAX_ENCODINGS:
+        raise UndecodableBody(f"Content-Encoding of {len(encodings)} layers is not decoded here")
+    for encoding in reversed(encodings):
+        if encoding not in ZLIB_WBITS:
+            raise UndecodableBody(f"Content-Encoding {encoding[:40]} is not decoded here (only gzip and deflate; "
+                                  "the request asked for identity)")
+    for encoding in reversed(encodings):
+        chunks = _inflated(chunks, encoding)
+    return chunks
+
+
+def preview(data: bytes, limit: int = PREVIEW_CHARS) -> str:
+    """The first characters of some bytes from outside, control characters escaped, "…" when cut."""
+    text = data.decode("utf-8", "replace")
+    shown = "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text[:limit])
+    return shown + ("…" if len(text) > limit else "")
+
+
 def encode_body(body: dict) -> bytes:
     """The exact bytes sent (and hashed for the cache): compact JSON, UTF-8, not ASCII-escaped."""
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
 def interpret(provider: Provider, payload: Any, status: int, attempts: int, latency_s: float) -> CallResult:
-    """A 2xx body → outcome. Refusals and empty/whitespace answers are failures, not retried."""
+    """A 2xx body → outcome. Refusals and empty/whitespace answers are failures, not retried.
+
+    A body that is not an answer of the wire format is ``bad_response`` (``Endpoint`` retries it).
+    """
     try:
         completion = provider.parse_response(payload)
     except (ValueError, TypeError, AttributeError) as exc:
-        return CallResult(False, None, R.BAD_RESPONSE, f"unreadable {provider.name} response: {exc}", None, Usage(),
+        return CallResult(False, None, R.BAD_RESPONSE, f"no answer in the {provider.name} format: {exc}", None, Usage(),
                           attempts, latency_s, status, payload)
     base = CallResult(True, completion.text, None, None, completion.finish_reason, completion.usage, attempts,
                       latency_s, status, payload, reasoning=completion.reasoning, served_model=completion.served_model)
@@ -141,11 +261,16 @@ class Attempt:
     failure: str | None = None  # "timeout: …", "transport_error: …"
     too_large: bool = False
     notes: tuple[str, ...] = ()  # e.g. non-finite numbers the body held, replaced by null
+    bad: str | None = None  # a 2xx whose bytes could not be read (an encoding): why
+    size: int = 0  # the body's (decoded) bytes; -1: not read
+    head: bytes = b""  # its first HEAD_BYTES, for the failure text of a bad response
+    stale: bool = False  # not sent: prepared with temperature before the endpoint was learned to reject it
 
     @property
     def success(self) -> bool:
         """A 2xx with a body to read."""
-        return self.status is not None and 200 <= self.status < 300 and self.failure is None and not self.too_large
+        return (self.status is not None and 200 <= self.status < 300 and self.failure is None and not self.too_large
+                and self.bad is None and not self.stale)
 
 
 @dataclass(frozen=True)
@@ -291,11 +416,15 @@ class Endpoint:
         stored = self.cache.get(key)
         if stored is None:
             return None
-        self.hits += 1
-        result = interpret(self.provider, stored["payload"], stored["http_status"], stored["attempts"],
+        payload, echoed = scrub(stored["payload"])  # an entry written before replies were scrubbed
+        result = interpret(self.provider, payload, stored["http_status"], stored["attempts"],
                            time.perf_counter() - started)
+        if result.reason == R.BAD_RESPONSE:  # an older run cached ``choices: []`` as an answer: ask again
+            return None
+        self.hits += 1
         notes = stored.get("notes")
         notes = tuple(n for n in notes if isinstance(n, str)) if isinstance(notes, list) else ()
+        notes += (ECHO_NOTE,) if echoed and ECHO_NOTE not in notes else ()
         return self._finish(replace(result, started_at=started_at, cached=True, notes=notes,
                                     original_latency_s=float(stored["latency_s"]),
                                     batched=stored.get("batched") is True), request)
@@ -314,7 +443,7 @@ class Endpoint:
         result = replace(result, temperature_sent=temperature_sent)
         if result.ok:
             return result
-        return replace(result, error=redact(result.error), raw=redact(result.raw))
+        return replace(result, error=redact(result.error), raw=scrub(result.raw)[0])  # iterative: any depth
 
     async def _fetch(self, request: WireRequest, content: bytes, cost_tokens: int, replicate: int) -> CallResult | object:
         started, started_at = time.perf_counter(), time.time()
@@ -333,29 +462,36 @@ class Endpoint:
             wire = replace(wire, headers={**wire.headers, REPLICATE_HEADER: str(replicate)})
         for attempt_no in range(1, self.retry.max_retries + 2):
             attempt = await self._send(wire, content, cost_tokens)
+            if attempt.stale:
+                return _RESEND  # prepared before temperature was learned to be rejected: rebuilt, never sent
+            bad = attempt.bad is not None
             if attempt.success:
-                result = interpret(self.provider, attempt.payload, attempt.status or 200, attempt_no,
-                                   time.perf_counter() - started)
-                return replace(result, started_at=started_at, notes=attempt.notes)
-            if attempt.too_large:
+                result = self._received(attempt, attempt_no, time.perf_counter() - started)
+                if result.reason != R.BAD_RESPONSE:
+                    return replace(result, started_at=started_at)
+                bad, error = True, result.error or ""
+            elif bad:
+                error = self._arrived(attempt, attempt.bad or "")
+            elif attempt.too_large:
                 return failed(R.RESPONSE_TOO_LARGE, f"response body larger than {self.max_response_bytes} bytes "
-                              "(max_response_mb); not kept", attempt_no, attempt)
-            if attempt.status in (400, 422) and self._has_temperature(request) \
+                              "(max_response_mb, counted after decoding); not kept", attempt_no, attempt)
+            elif attempt.status in (400, 422) and self._has_temperature(request) \
                     and temperature_rejected(attempt.status, attempt.payload):
                 if not self.temperature_dropped:  # calls in flight meanwhile were rejected too: warn once
                     self._drop_temperature(attempt)
                 return _RESEND  # not an attempt of the task: the same request goes again without temperature
-            error = attempt.failure or self._http_error(attempt)
-            verdict = classify(attempt.status, attempt.headers, attempt.payload) if attempt.failure is None else None
-            if verdict == QUOTA:
-                self.quota_error = error
-                log.warning("%s: quota or spend limit reached (%s); the endpoint's remaining calls fail at once",
-                            self.label, redact(error))
-                return failed(R.QUOTA, error, attempt_no, attempt)
-            if verdict == FAIL:
-                return failed(self._reason(attempt), error, attempt_no, attempt)
-            if attempt_no > self.retry.max_retries:
-                return failed(R.RETRIES_EXHAUSTED, error, attempt_no, attempt)
+            else:
+                error = attempt.failure or self._http_error(attempt)
+                verdict = None if attempt.failure else classify(attempt.status, attempt.headers, attempt.payload)
+                if verdict == QUOTA:
+                    self.quota_error = error
+                    log.warning("%s: quota or spend limit reached (%s); the endpoint's remaining calls fail at once",
+                                self.label, redact(error))
+                    return failed(R.QUOTA, error, attempt_no, attempt)
+                if verdict == FAIL:
+                    return failed(self._reason(attempt), error, attempt_no, attempt)
+            if attempt_no > self.retry.max_retries:  # a bad response keeps its own reason: it says what arrived
+                return failed(R.BAD_RESPONSE if bad else R.RETRIES_EXHAUSTED, error, attempt_no, attempt)
             self.retries += 1
             self.on_retry(self.label)
             hint = retry_hint(attempt.headers, attempt.payload) if attempt.status is not None else None
@@ -369,7 +505,12 @@ class Endpoint:
         slot = await self._slots.get()
         attempt = Attempt(failure="transport_error: not sent")
         try:
-            attempt = self._undisguise(await self._attempt(slot, wire, content))
+            # The rule may have been learned while this waited for its turn (or backed off):
+            # such a request is rebuilt without temperature, never sent as it was prepared.
+            if self.temperature_dropped and self._has_temperature(wire):
+                attempt = Attempt(stale=True)
+            else:
+                attempt = self._undisguise(await self._attempt(slot, wire, content))
         finally:
             self._slots.put_nowait(slot)
             self.limit.release(attempt.status, attempt.headers, attempt.payload)
@@ -378,7 +519,8 @@ class Endpoint:
     async def _attempt(self, transport: httpx.AsyncBaseTransport, request: WireRequest, content: bytes) -> Attempt:
         # Straight to the slot's transport: none of a client's layers (redirects, cookies,
         # auth flows, proxy mounts) apply to a JSON POST, and skipping them is measurably faster.
-        headers = {"content-type": "application/json", **request.headers, **self._auth}
+        headers = {"content-type": "application/json", "accept-encoding": ACCEPT_ENCODING, **request.headers,
+                   **self._auth}
         spec = self.provider.spec
         self.requests_sent += 1
         try:
@@ -402,21 +544,32 @@ class Endpoint:
     async def _read(self, response: httpx.Response) -> Attempt:
         status, headers = response.status_code, {k.lower(): v for k, v in response.headers.items()}
         success = 200 <= status < 300
+        try:
+            chunks = decoded_body(self._chunks(response), headers.get("content-encoding", ""))
+        except UndecodableBody as exc:
+            if success:
+                return Attempt(status, headers, bad=str(exc), size=-1)  # not read: its bytes mean nothing here
+            chunks = self._chunks(response)  # an error body: its status says what matters; bytes kept as sent
         if success and self.streaming and "text/event-stream" in headers.get("content-type", ""):
-            return await self._read_stream(self._chunks(response), status, headers)
+            return await self._read_stream(chunks, status, headers)
         bound = self.max_response_bytes if success else ERROR_BODY_LIMIT
         body = bytearray()
-        async for chunk in self._chunks(response):
-            body += chunk
-            if len(body) > bound:
-                if success:
-                    return Attempt(status, headers, too_large=True)
-                break  # an error body: its first megabyte says what went wrong
-        payload, notes = decode_json(bytes(body[:bound]))
+        try:
+            async for chunk in chunks:
+                body += chunk
+                if len(body) > bound:
+                    if success:
+                        return Attempt(status, headers, too_large=True)
+                    break  # an error body: its first megabyte says what went wrong
+        except UndecodableBody as exc:
+            if success:
+                return Attempt(status, headers, bad=str(exc), size=len(body), head=bytes(body[:HEAD_BYTES]))
+        data = bytes(body[:bound])
+        payload, notes = decode_json(data)
         if success and self.streaming and isinstance(payload, dict) and "non_json_body" in payload \
-                and bytes(body).lstrip()[:6] in (b"data:", b"event:"):
-            return await self._read_stream(_replay(bytes(body)), status, headers)  # events, mislabelled
-        return Attempt(status, headers, payload, notes=notes)
+                and data.lstrip()[:6] in (b"data:", b"event:"):
+            return await self._read_stream(_replay(data), status, headers)  # events, mislabelled
+        return Attempt(status, headers, payload, notes=notes, size=len(data), head=data[:HEAD_BYTES])
 
     @staticmethod
     async def _chunks(response: httpx.Response) -> AsyncIterator[bytes]:
@@ -425,22 +578,26 @@ class Endpoint:
 
     async def _read_stream(self, chunks: AsyncIterator[bytes], status: int, headers: dict[str, str]) -> Attempt:
         reader = self.provider.stream_reader()
-        size = 0
+        size, head = 0, bytearray()
         try:
             async for chunk in chunks:
                 size += len(chunk)
                 if size > self.max_response_bytes:
                     return Attempt(status, headers, too_large=True)
+                if len(head) < HEAD_BYTES:
+                    head += chunk[:HEAD_BYTES - len(head)]
                 reader.feed(chunk)
             payload, notes = strict(reader.finish())
-            return Attempt(status, headers, payload, notes=notes)
+            return Attempt(status, headers, payload, notes=notes, size=size, head=bytes(head))
+        except UndecodableBody as exc:
+            return Attempt(status, headers, bad=str(exc), size=size, head=bytes(head))
         except StreamError as exc:  # an error event mid-stream counts as the status it stands for
             payload, _ = strict(exc.payload if exc.payload is not None else {"error": {"message": exc.message}})
             return Attempt(exc.status, headers, payload)
         except IncompleteStream as exc:
             return Attempt(failure=f"transport_error: stream cut short: {exc}")
-        except ValueError as exc:  # malformed events: an unreadable response, not a transient one
-            return Attempt(status, headers, {"malformed_stream": str(exc)[:2000]})
+        except ValueError as exc:  # malformed events: a bad response (the parser says so; retried)
+            return Attempt(status, headers, {"malformed_stream": str(exc)[:2000]}, size=size, head=bytes(head))
 
     # ------------------------------------------------------------------ helpers
 
@@ -462,13 +619,43 @@ class Endpoint:
                     "without it, and recording temperature_sent=false", self.label, self.provider.spec.route,
                     redact(self._http_error(attempt)))
 
+    def _received(self, attempt: Attempt, attempt_no: int, latency_s: float) -> CallResult:
+        """A 2xx as it enters the harness: scrubbed of the run's keys (a gateway may echo one into
+        the answer or any field) before it is parsed, so nothing after sees it — the run files, the
+        cache, MLflow, the judge prompt that quotes the answer. A bad response says what arrived."""
+        payload, echoed = scrub(attempt.payload)
+        result = interpret(self.provider, payload, attempt.status or 200, attempt_no, latency_s)
+        result = replace(result, notes=attempt.notes + ((ECHO_NOTE,) if echoed else ()))
+        if result.reason == R.BAD_RESPONSE:
+            return replace(result, error=self._arrived(attempt, result.error or ""))
+        return result
+
+    @staticmethod
+    def _arrived(attempt: Attempt, why: str) -> str:
+        """``HTTP 200 text/html, 512 bytes: <!doctype html>… (why)``: what came instead of an answer."""
+        kind = preview(attempt.headers.get("content-type", "").encode(), 80) or "no content-type"
+        if attempt.size < 0:  # not read at all (an encoding not decoded here)
+            return f"HTTP {attempt.status} {kind} ({why[:300]})"
+        shown = f": {preview(attempt.head)}" if attempt.size else ""
+        return f"HTTP {attempt.status} {kind}, {attempt.size} bytes{shown} ({why[:300]})"
+
     def _http_error(self, attempt: Attempt) -> str:
+        if attempt.status is not None and 300 <= attempt.status < 400:
+            return self._redirect(attempt)
         return f"HTTP {attempt.status}: {self.provider.error_message(attempt.payload)}"
 
     @staticmethod
     def failure_reason(attempt: Attempt) -> str:
         """A final failure's reason: context_length when the provider says the prompt does not fit."""
         return Endpoint._reason(attempt)
+
+    @staticmethod
+    def _redirect(attempt: Attempt) -> str:
+        """A 3xx is never followed (a POST with a key is not re-sent elsewhere): say where it pointed."""
+        location = attempt.headers.get("location")
+        where = f"a redirect to {preview(location.encode(), LOCATION_CHARS)}" if location \
+            else "a redirect without a Location header"
+        return f"HTTP {attempt.status}: {where} (not followed: point base_url at the endpoint itself)"
 
     @staticmethod
     def _reason(attempt: Attempt) -> str:

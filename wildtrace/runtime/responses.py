@@ -10,6 +10,7 @@ from typing import Any
 from wildtrace.core import records as R
 from wildtrace.core.tasks import DatasetError
 from wildtrace.runtime.dataset import input_file
+from wildtrace.runtime.secrets import ECHO_NOTE, scrub
 
 #: Where answer text may sit in a foreign row, in order of preference.
 TEXT_FIELDS = ("response", "answer", "output", "text", "raw_answer")
@@ -69,4 +70,22 @@ def load_responses(path: str | Path, known_ids: set[str]) -> dict[str, dict]:
         elif status == R.FAILED and reason is None and not (text and text.strip()):
             reason = R.EMPTY_OUTPUT
         out[qid] = {**row, "question_id": qid, "status": status, "response": text, "reason": reason}
+    return out
+
+
+def scrub_answers(rows: dict[str, dict] | None) -> dict[str, dict] | None:
+    """The rows with every key of the run replaced where it occurs (and the row noting it).
+
+    Answers produced elsewhere may hold a key a gateway echoed; the judge prompt quotes the
+    answer, so it would be sent to the judges. Called once the run's keys are read.
+    """
+    if rows is None:
+        return None
+    out: dict[str, dict] = {}
+    for qid, row in rows.items():
+        clean, echoed = scrub(row)
+        if echoed:
+            notes = clean.get("notes")
+            clean["notes"] = [*(notes if isinstance(notes, list) else []), ECHO_NOTE]
+        out[qid] = clean
     return out

@@ -100,6 +100,13 @@ _TEMPERATURE_REJECTED = re.compile(
 )
 _QUOTES = str.maketrans("", "", "`'\"\\")
 
+#: The most ``max_retries`` a config may set. The spec's rule is 5; more is allowed for a flaky
+#: gateway, but a million would retry a dead endpoint for days (and once overflowed the backoff).
+MAX_RETRIES = 100
+#: Backoff doubles up to this exponent only: ``backoff_base_s * 2 ** 2047`` overflowed a float,
+#: ``2 ** (10 ** 9)`` never finished; 2**63 times any base is past every sensible ``backoff_max_s``.
+MAX_BACKOFF_EXPONENT = 63
+
 _DURATION = re.compile(r"(\d{1,12})(?:\.(\d{1,9}))?s")  # google.protobuf.Duration JSON: "13s", "0.250s"
 _RETRY_INFO = "type.googleapis.com/google.rpc.RetryInfo"
 
@@ -115,8 +122,10 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         """Reject values that would hang or break the loop, naming the field."""
-        if isinstance(self.max_retries, bool) or not isinstance(self.max_retries, int) or self.max_retries < 0:
-            raise ValueError(f"retry.max_retries must be an integer >= 0, got {self.max_retries!r}")
+        if isinstance(self.max_retries, bool) or not isinstance(self.max_retries, int) \
+                or not 0 <= self.max_retries <= MAX_RETRIES:
+            raise ValueError(f"retry.max_retries must be an integer between 0 and {MAX_RETRIES}, "
+                             f"got {self.max_retries!r}")
         for f in fields(self)[1:]:
             value = getattr(self, f.name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
@@ -126,11 +135,14 @@ class RetryPolicy:
         """Seconds before retry ``retry_number`` (1-based).
 
         A server's Retry-After is honoured (bounded by retry_after_max_s, so a bogus value
-        cannot hang a run); otherwise exponential backoff with jitter in [50%, 100%].
+        cannot hang a run); otherwise exponential backoff with jitter in [50%, 100%]. The
+        exponent is capped, so any ``retry_number`` gives a finite delay at once (never an
+        OverflowError, never a huge integer).
         """
         if retry_after is not None:
             return max(0.0, min(retry_after, self.retry_after_max_s))
-        ceiling = min(self.backoff_max_s, self.backoff_base_s * 2 ** (retry_number - 1))
+        exponent = min(max(retry_number - 1, 0), MAX_BACKOFF_EXPONENT)
+        ceiling = min(self.backoff_max_s, self.backoff_base_s * float(2 ** exponent))
         return ceiling * (0.5 + 0.5 * rng.random())
 
 

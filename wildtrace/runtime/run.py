@@ -38,7 +38,7 @@ from wildtrace.runtime.http import Endpoint
 from wildtrace.files import write_json
 from wildtrace.runtime.batch import BatchSettings
 from wildtrace.runtime.pipeline import Counters, Outcome, Plan, Stop, Survey, execute, make_endpoint, survey
-from wildtrace.runtime.responses import load_responses
+from wildtrace.runtime.responses import load_responses, scrub_answers
 from wildtrace.runtime.retry import RetryPolicy
 from wildtrace.runtime.secrets import install_log_filter, read_keys, redact
 from wildtrace.runtime import served
@@ -429,6 +429,7 @@ def run(cfg: WildtraceConfig, overrides: Sequence[str] = (), parent_run_id: str 
     plan_counts = _survey(cfg, dataset, specs, cache, given, answer_sampling, judge_sampling)
     ledger = make_ledger(cfg, specs, [s.label for s in specs if plan_counts.needs(s.label)])
     keys = read_keys(key_needs([s for s in specs if plan_counts.needs(s.label)]))
+    given = scrub_answers(given)  # a key echoed into an answers file is not sent on in a judge prompt
     log.info("%s", plan_counts.describe([s.label for s in specs if s.label != "model"]))
 
     retry = RetryPolicy(cfg.retry.max_retries, cfg.retry.backoff_base_s, cfg.retry.backoff_max_s,

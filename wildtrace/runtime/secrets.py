@@ -16,6 +16,8 @@ from typing import Any
 #: this many characters of a key is redacted, not only the whole key.
 FRAGMENT = 12
 MASK = "[REDACTED]"
+#: The note a row gets when a key echoed in a reply (or an answers file) was replaced.
+ECHO_NOTE = "redacted an echoed credential"
 
 _secrets: set[str] = set()
 _fragments: list[str] = []
@@ -50,6 +52,57 @@ def redact(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return type(value)(redact(v) for v in value)
     return value
+
+
+def scrub(value: Any) -> tuple[Any, bool]:
+    """A body from outside with every registered key replaced where it occurs, and whether one was.
+
+    For 2xx replies (a gateway that echoes ``Bearer <key>`` into the answer or any field): it
+    walks iteratively, so any depth is safe, and copies nothing when no key occurs (the common
+    case costs one scan of the strings). Dict keys are scrubbed too; other values pass.
+    """
+    if not _fragments or not _holds_key(value):
+        return value, False
+    return _rebuilt(value), True
+
+
+def _holds_key(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if any(piece in item for piece in _fragments):
+                return True
+        elif isinstance(item, Mapping):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return False
+
+
+def _rebuilt(value: Any) -> Any:
+    """A copy of a JSON-like value with every string redacted (tuples become lists), without recursion."""
+    todo: list[tuple[Any, Any]] = []
+
+    def fixed(item: Any) -> Any:
+        if isinstance(item, str):
+            return _redact_text(item)
+        if isinstance(item, (Mapping, list, tuple)):
+            clone: Any = {} if isinstance(item, Mapping) else []
+            todo.append((item, clone))
+            return clone
+        return item
+
+    root = fixed(value)
+    while todo:
+        source, clone = todo.pop()
+        if isinstance(source, Mapping):
+            for key, item in source.items():
+                clone[_redact_text(key) if isinstance(key, str) else key] = fixed(item)
+        else:
+            clone.extend(fixed(item) for item in source)
+    return root
 
 
 def _redact_text(text: str) -> str:
