@@ -41,7 +41,9 @@ class ConfigError(ValueError):
 class CapsConfig:
     """Context caps in characters (spec §3): en, and cjk for CJK documents."""
 
+    #: The largest document, in characters, sent whole (spec §3's en column).
     en: int = 2_850_000
+    #: The same for a CJK document: more than 20 ideographs in its first 4000 characters (the cjk column).
     cjk: int = 850_000
 
 
@@ -194,12 +196,17 @@ class JudgeConfig(EndpointConfig):
 class JudgePanelConfig:
     """The judge panel (spec §4): settings shared by all judges, and the judges by key."""
 
+    #: The panel's name (the group file's: paper, offline, offline_panel, …).
     name: str = MISSING
+    #: Every judge's temperature (spec §4: 0.1); sent only where the judge's send_temperature is true.
     temperature: float = 0.1
+    #: Every judge's completion budget (spec §4: 16384).
     max_tokens: int = 16384
+    #: Which grading of the same answers this is: a new replicate asks every judge again (0 = the first).
     replicate: int = 0
     #: Every judge through its provider's batch API (as ``judges.<key>.batch=true`` for each).
     batch: bool = False
+    #: The judges by key (``judge_panel.judges.<key>.…`` on the command line; ``~judge_panel.judges.<key>`` drops one).
     judges: dict[str, JudgeConfig] = field(default_factory=dict)
 
 
@@ -207,10 +214,15 @@ class JudgePanelConfig:
 class DatasetConfig:
     """Which tasks: a tasks file, its corpus folder, and an optional subset."""
 
+    #: The dataset's name (the group file's: sample, wildtrace).
     name: str = MISSING
+    #: The tasks file (JSON: the release's records, each with question_text, corpus_file and ground_truth).
     tasks: str = MISSING
+    #: The folder holding each task's corpus_file.
     corpus: str = MISSING
+    #: Only the first N tasks (null = all).
     limit: Optional[int] = None
+    #: Only these question ids (null = all).
     ids: Optional[list[str]] = None
 
 
@@ -218,9 +230,13 @@ class DatasetConfig:
 class RetryConfig:
     """Transient-error retries (spec §2: up to 5, with backoff)."""
 
+    #: Retries of a transient failure (408/429/5xx/transport) after the first attempt: 0–100, the spec's 5.
     max_retries: int = 5
+    #: The first backoff's ceiling in seconds; it doubles each retry (a random 50–100 % of it is waited).
     backoff_base_s: float = 1.0
+    #: The largest backoff ceiling, in seconds.
     backoff_max_s: float = 60.0
+    #: A server's Retry-After is honoured up to this many seconds.
     retry_after_max_s: float = 300.0
 
 
@@ -238,7 +254,9 @@ class BatchConfig:
 class CacheConfig:
     """The outcome cache that makes reruns and resumes free."""
 
+    #: The cache folder: one JSON file per outcome, named by the sha256 of what decides it; runs may share it.
     dir: str = MISSING
+    #: False: nothing is read from or stored in the cache (every call is sent).
     enabled: bool = True
 
 
@@ -258,8 +276,11 @@ class GatewayConfig:
 class MlflowConfig:
     """Where runs are logged. The default is an absolute SQLite URI under outputs/."""
 
+    #: Log every run to MLflow while it runs (false: run files only; upload logs them later).
     enabled: bool = True
+    #: The MLflow store: sqlite:///… (the default, under outputs/) or a tracking server's http(s)://….
     tracking_uri: str = MISSING
+    #: The MLflow experiment runs are logged to.
     experiment: str = "wildtrace"
     #: None: beside a local store (outputs/mlartifacts); a tracking server's own default.
     artifact_location: Optional[str] = None
@@ -293,15 +314,25 @@ class EstimateConfig:
 class WildtraceConfig:
     """The whole run."""
 
+    #: The model under test (group ``model``: one file per row of the spec's caps table, or custom).
     model: ModelConfig = MISSING
+    #: The answers' decoding (group ``decoding``: the spec's temperature and budgets).
     decoding: DecodingConfig = MISSING
+    #: The judges (group ``judge_panel``: paper, offline, offline_panel, and the ablations).
     judge_panel: JudgePanelConfig = MISSING
+    #: The tasks (group ``dataset``: sample, wildtrace).
     dataset: DatasetConfig = MISSING
+    #: Transient-error retries.
     retry: RetryConfig = field(default_factory=RetryConfig)
+    #: The outcome cache.
     cache: CacheConfig = field(default_factory=CacheConfig)
+    #: MLflow logging.
     mlflow: MlflowConfig = field(default_factory=MlflowConfig)
+    #: One gateway for every endpoint (group ``access=gateway``).
     gateway: GatewayConfig = field(default_factory=GatewayConfig)
+    #: The whole run's spend cap (docs/cost.md).
     budget: BudgetConfig = field(default_factory=BudgetConfig)
+    #: What ``wildtrace.estimate`` assumes of replies not yet seen (docs/cost.md).
     estimate: EstimateConfig = field(default_factory=EstimateConfig)
     #: Batch mode's polling and longest wait (which endpoints: model.batch, judge_panel.batch).
     batch: BatchConfig = field(default_factory=BatchConfig)
