@@ -1,0 +1,114 @@
+"""Team scale: many jobs against one `mlflow server` on a real PostgreSQL, one cache shared by
+processes in different folders, and a sweep resumed on another machine (docs/team.md)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from pg import pg_mlflow  # noqa: F401 - the module's PostgreSQL-backed server (a fixture)
+
+pytestmark = pytest.mark.slow
+
+SAMPLE_IDS = {t["question_id"] for t in json.loads(
+    (Path(__file__).resolve().parent.parent / "wildtrace" / "data" / "sample" / "tasks.json").read_text())}
+OFFLINE_JUDGES = {"judge/lenient", "judge/balanced", "judge/strict"}
+LOCKED = "database is locked"
+
+
+def env() -> dict:
+    return {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+
+
+def wildtrace(*args: str, module: str = "wildtrace", cwd: Path | None = None,
+              timeout: int = 900) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", module, *args], env=env(), cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert LOCKED not in proc.stdout + proc.stderr and "NOT logged" not in proc.stderr
+    return proc
+
+
+def sweep_runs(url: str, experiment: str):
+    """(client, the sweep parent, its children) of the one sweep in ``experiment``."""
+    client = MlflowClient(tracking_uri=url)
+    exp = client.get_experiment_by_name(experiment)
+    runs = client.search_runs([exp.experiment_id], max_results=1000)
+    (parent,) = [r for r in runs if r.data.tags.get("wildtrace.sweep") == "parent"]
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    return client, parent, children
+
+
+def check_logged(client: MlflowClient, child) -> None:
+    """The child is finished, with one trace per sample task, each carrying every judge's feedback."""
+    assert child.info.status == "FINISHED"
+    run_dir = Path(child.data.tags["wildtrace.run_dir"])
+    scores = json.loads((run_dir / "scores.json").read_text())
+    assert child.data.metrics["overall"] == pytest.approx(scores["overall"])
+    traces = client.search_traces(locations=[child.info.experiment_id], run_id=child.info.run_id, max_results=100,
+                                  include_spans=False)
+    assert sorted(t.info.tags["question_id"] for t in traces) == sorted(SAMPLE_IDS)
+    for trace in traces:
+        assert {a.name for a in trace.info.assessments} == OFFLINE_JUDGES, trace.info.tags["question_id"]
+
+
+def report(root: Path, url: str, experiment: str) -> Path:
+    """`python -m wildtrace.report` against the server; returns the report's folder."""
+    proc = wildtrace(f"root={root}", f"mlflow.tracking_uri={url}", f"mlflow.experiment={experiment}",
+                     module="wildtrace.report")
+    return Path(re.search(r"^report: (.+)/report\.html$", proc.stdout, re.M).group(1))
+
+
+def read_csv(path: Path) -> list[dict]:
+    with open(path, newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_eight_parallel_jobs_on_postgres(pg_mlflow, tmp_path):  # noqa: F811 - the fixture
+    """8 joblib jobs at once against mlflow server on PostgreSQL: every run, trace and feedback logged."""
+    url, experiment = pg_mlflow.url, "team-joblib"
+    proc = wildtrace("-m", f"root={tmp_path / 'outputs'}", "progress=false", "judge_panel=offline_panel",
+                     "hydra/launcher=joblib", "hydra.launcher.n_jobs=8",
+                     "decoding.temperature=0.1,0.4,0.7,1.0", "decoding.replicate=0,1",
+                     f"mlflow.tracking_uri={url}", f"mlflow.experiment={experiment}")
+    assert " 8 jobs" in proc.stdout.split("multirun:")[1].splitlines()[0]
+    client, parent, children = sweep_runs(url, experiment)
+    assert parent.info.status == "FINISHED"
+    assert sorted((c.data.params["decoding.temperature"], c.data.params["decoding.replicate"]) for c in children) == \
+        sorted((t, r) for t in ("0.1", "0.4", "0.7", "1.0") for r in ("0", "1"))
+    for child in children:
+        check_logged(client, child)
+    table = json.loads(Path(client.download_artifacts(parent.info.run_id, "children.json")).read_text())
+    assert len(table["data"]) == 8
+    assert not (tmp_path / "outputs" / "mlartifacts").exists()  # the server holds the artifacts
+    assert LOCKED not in pg_mlflow.log.read_text(errors="replace")
+
+    folder = report(tmp_path / "outputs", url, experiment)
+    provenance = read_csv(folder / "provenance.csv")
+    assert sorted(r["run_id"] for r in provenance) == sorted(c.info.run_id for c in children)
+    board = read_csv(folder / "leaderboard.csv")
+    assert len(board) == 4 and all(r["n_runs"] == "2" for r in board)  # a row per temperature, 2 replicates each
+
+
+def test_submitit_local_jobs_on_postgres(pg_mlflow, tmp_path):  # noqa: F811 - the fixture
+    """hydra-submitit-launcher's local mode: the jobs are real submitit jobs, logged to the same server."""
+    url, experiment = pg_mlflow.url, "team-submitit"
+    wildtrace("-m", f"root={tmp_path / 'outputs'}", "progress=false", "judge_panel=offline_panel",
+              "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10",
+              "judge_panel.replicate=0,1", f"mlflow.tracking_uri={url}", f"mlflow.experiment={experiment}")
+    client, parent, children = sweep_runs(url, experiment)
+    assert parent.info.status == "FINISHED"
+    assert sorted(c.data.params["judge_panel.replicate"] for c in children) == ["0", "1"]
+    for child in children:
+        check_logged(client, child)
+    # each job ran as a submitit job: its result was pickled by submitit in the sweep's .submitit folder
+    sweep_dir = Path(children[0].data.tags["wildtrace.run_dir"]).parent
+    assert len(list(sweep_dir.glob(".submitit/*/*_result.pkl"))) == 2
