@@ -9,11 +9,14 @@ import os
 import re
 import subprocess
 import sys
+import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
 
+from loopback import Call, LoopbackServer, Reply, chat
 from pg import pg_mlflow  # noqa: F401 - the module's PostgreSQL-backed server (a fixture)
 
 pytestmark = pytest.mark.slow
@@ -112,3 +115,97 @@ def test_submitit_local_jobs_on_postgres(pg_mlflow, tmp_path):  # noqa: F811 - t
     # each job ran as a submitit job: its result was pickled by submitit in the sweep's .submitit folder
     sweep_dir = Path(children[0].data.tags["wildtrace.run_dir"]).parent
     assert len(list(sweep_dir.glob(".submitit/*/*_result.pkl"))) == 2
+
+
+# --- one cache, two machines -------------------------------------------------------------------
+
+def lock_files_open(pid: int, locks: Path) -> bool:
+    """Whether process ``pid`` has a per-key lock file of the shared cache open (it is waiting or holding)."""
+    try:
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if Path(os.readlink(fd)).is_relative_to(locks):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+class RivalGate:
+    """Holds every reply until the OTHER process has a lock file of the shared cache open.
+
+    So neither process can find an outcome stored before both are racing for the same keys:
+    whatever one of them does not send, it waited for and read from the cache.
+    """
+
+    def __init__(self, locks: Path) -> None:
+        self.locks = locks
+        self.pids: dict[str, int] = {}  # the Authorization header → the process that sends with it
+        self.open = False
+        self.timed_out = False
+
+    def wait(self, auth: str) -> None:
+        deadline = time.monotonic() + 120  # a safety net; the event waited for is the rival's lock file
+        while not self.open:
+            rivals = [pid for key, pid in self.pids.items() if key != auth]
+            if rivals and lock_files_open(rivals[0], self.locks):
+                self.open = True
+            elif time.monotonic() > deadline:
+                self.timed_out = self.open = True
+            else:
+                time.sleep(0.05)
+
+    def responder(self, call: Call) -> Reply:
+        self.wait(call.headers.get("authorization", ""))
+        if call.route == "test-model":
+            return chat(f"The seal was worn ({call.prompt[-40:]}).")
+        return chat(json.dumps({"points_awarded": [60, 40], "total": 100}))
+
+
+def remote_run(url: str, root: Path, cache: Path) -> list[str]:
+    """A sample run whose model and judge are the loopback server, with the cache at ``cache``."""
+    judge = "judge_panel.judges.lexical"
+    return [f"root={root}", f"cache.dir={cache}", "mlflow.enabled=false", "progress=false",
+            "model=custom", "model.route=test-model", f"model.base_url={url}/v1", "model.api_key_env=WT_TEAM_KEY",
+            "model.stream=false", f"{judge}.name=judge-a", f"{judge}.provider=openai", f"{judge}.route=judge-a",
+            f"{judge}.base_url={url}/v1", f"{judge}.api_key_env=WT_TEAM_KEY", f"{judge}.stream=false"]
+
+
+def run_files(root: Path) -> tuple[dict, dict]:
+    (folder,) = [p.parent for p in root.glob("runs/*/*/run_stats.json")]
+    return json.loads((folder / "run_stats.json").read_text()), json.loads((folder / "scores.json").read_text())
+
+
+def test_two_machines_share_one_cache_and_pay_each_call_once(tmp_path):
+    """Two processes, each in its own folder with its own outputs, one cache folder: racing for
+    every key (10 answers, 10 judge calls), each call is sent once; the other process waits for
+    it and reads it from the cache."""
+    cache = tmp_path / "shared" / "cache"
+    gate = RivalGate(cache / "locks")
+    with LoopbackServer(gate.responder, latency_s=0.2) as server:
+        procs = {}
+        for name in ("a", "b"):
+            home = tmp_path / name
+            home.mkdir()
+            key = f"sk-team-{name}-" + "5e" * 8
+            procs[name] = subprocess.Popen(
+                [sys.executable, "-m", "wildtrace", *remote_run(server.url, home / "outputs", cache)],
+                env={**env(), "WT_TEAM_KEY": key}, cwd=home, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            gate.pids[f"Bearer {key}"] = procs[name].pid
+        logs = {name: p.communicate(timeout=600) for name, p in procs.items()}
+    for name, p in procs.items():
+        assert p.returncode == 0, logs[name]
+    assert not gate.timed_out, "the two processes never raced (no lock file open in the rival)"
+    bodies = Counter(c.raw for c in server.calls)
+    assert len(bodies) == 20 and set(bodies.values()) == {1}  # every call sent, none twice
+    assert {c.headers["authorization"] for c in server.calls} <= set(gate.pids)
+    stats = {name: run_files(tmp_path / name / "outputs") for name in procs}
+    for name, (st, _) in stats.items():
+        assert "answers: 10 to request, 0 from the cache" in logs[name][1]  # nothing stored when it planned
+        assert sum(st["requests"].values()) + st["cache_hits"] == 20  # what it did not send, it read
+    assert sum(sum(st["requests"].values()) for st, _ in stats.values()) == 20
+    assert stats["a"][1]["tasks"] == stats["b"][1]["tasks"]  # the same outcomes in both folders
+    assert not list(cache.glob("**/.tmp-*"))
