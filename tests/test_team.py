@@ -7,8 +7,10 @@ import csv
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -165,10 +167,10 @@ class RivalGate:
         return chat(json.dumps({"points_awarded": [60, 40], "total": 100}))
 
 
-def remote_run(url: str, root: Path, cache: Path) -> list[str]:
+def remote_run(url: str, root: Path, cache: Path, tracking: tuple[str, ...] = ("mlflow.enabled=false",)) -> list[str]:
     """A sample run whose model and judge are the loopback server, with the cache at ``cache``."""
     judge = "judge_panel.judges.lexical"
-    return [f"root={root}", f"cache.dir={cache}", "mlflow.enabled=false", "progress=false",
+    return [f"root={root}", f"cache.dir={cache}", *tracking, "progress=false",
             "model=custom", "model.route=test-model", f"model.base_url={url}/v1", "model.api_key_env=WT_TEAM_KEY",
             "model.stream=false", f"{judge}.name=judge-a", f"{judge}.provider=openai", f"{judge}.route=judge-a",
             f"{judge}.base_url={url}/v1", f"{judge}.api_key_env=WT_TEAM_KEY", f"{judge}.stream=false"]
@@ -209,3 +211,95 @@ def test_two_machines_share_one_cache_and_pay_each_call_once(tmp_path):
     assert sum(sum(st["requests"].values()) for st, _ in stats.values()) == 20
     assert stats["a"][1]["tasks"] == stats["b"][1]["tasks"]  # the same outcomes in both folders
     assert not list(cache.glob("**/.tmp-*"))
+
+
+# --- a sweep resumed on another machine ----------------------------------------------------------
+
+TEMPERATURES = ("0.1", "0.4", "0.7", "1.0")
+#: The first attempt is killed in its third job (t=0.7) once this many of its answers (and their judge calls) are
+#: stored; its fourth job never starts. Two jobs done, two killed: half the sweep.
+KILLED_T, LET_THROUGH = 0.7, 3
+
+
+class KillGate:
+    """Answers every call of the first two jobs; in the third, LET_THROUGH answers and their judge
+    calls, then holds the rest (they never come back: the machine is killed while they wait)."""
+
+    def __init__(self) -> None:
+        self.holding = True
+        self.let: set[str] = set()  # the killed job's tasks let through (by the prompt)
+        self.held = 0
+        self.lock = threading.Lock()
+        self.release = threading.Event()
+
+    def responder(self, call: Call) -> Reply:
+        text = call.prompt
+        if call.route == "test-model":
+            t = call.body["temperature"]
+            if self.holding and t == KILLED_T:
+                with self.lock:
+                    hold = len(self.let) >= LET_THROUGH and text not in self.let
+                    self.let.add(text) if not hold else None
+                    self.held += hold
+                if hold:
+                    self.release.wait(120)  # the safety net; the test kills the sweep long before
+                    return Reply(503, {"error": {"message": "held"}})
+            return chat(f"The seal was worn (t={t}, {len(text)} chars).")
+        return chat(json.dumps({"points_awarded": [60, 40], "total": 100}))
+
+
+def stored_outcomes(cache: Path) -> int:
+    return sum(1 for p in cache.glob("*/*.json") if p.parent.name != "locks")
+
+
+def test_a_sweep_killed_half_way_resumes_on_another_machine(pg_mlflow, tmp_path):  # noqa: F811 - the fixture
+    """Machine A runs a 4-job sweep and dies in job 3; machine B (another folder, the same cache
+    and server) reruns the sweep: it sends only the calls A never stored, and the report puts
+    B's runs of the settings A finished with A's (one row each), not beside them."""
+    url, experiment = pg_mlflow.url, "team-resume"
+    cache = tmp_path / "shared" / "cache"
+    gate = KillGate()
+    with LoopbackServer(gate.responder) as server:
+        tracking = (f"mlflow.tracking_uri={url}", f"mlflow.experiment={experiment}")
+
+        def args(home: Path) -> list[str]:
+            return ["-m", *remote_run(server.url, home / "outputs", cache, tracking), "model.max_concurrency=4",
+                    "decoding.temperature=" + ",".join(TEMPERATURES)]
+
+        (tmp_path / "a").mkdir()
+        first = subprocess.Popen([sys.executable, "-m", "wildtrace", *args(tmp_path / "a")],
+                                 env={**env(), "WT_TEAM_KEY": "sk-team-" + "a1" * 8}, cwd=tmp_path / "a",
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            # two jobs × 20 calls, and the killed job's LET_THROUGH answers with their judge calls, all stored
+            deadline = time.monotonic() + 300
+            while not (gate.held and stored_outcomes(cache) >= 40 + 2 * LET_THROUGH):
+                assert first.poll() is None and time.monotonic() < deadline, "the first attempt never got half-way"
+                time.sleep(0.1)
+        finally:
+            os.killpg(first.pid, signal.SIGKILL)  # the machine goes down, launcher, job and logging process
+            first.wait()
+        first_paid = {c.raw for c in server.completed}  # before the held calls are let go (to nobody)
+        assert len(first_paid) == 40 + 2 * LET_THROUGH
+        gate.holding = False
+        gate.release.set()
+        sent_before = len(server.calls)
+        (tmp_path / "b").mkdir()
+        rerun = subprocess.run([sys.executable, "-m", "wildtrace", *args(tmp_path / "b")],
+                               env={**env(), "WT_TEAM_KEY": "sk-team-" + "b2" * 8}, cwd=tmp_path / "b",
+                               capture_output=True, text=True, timeout=600)
+        assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+        resumed = [c.raw for c in server.calls[sent_before:]]
+    assert len(resumed) == len(set(resumed)) == 80 - len(first_paid)  # only what A never stored
+    assert not set(resumed) & first_paid  # nothing A paid for is paid again
+
+    client = MlflowClient(tracking_uri=url)
+    runs = client.search_runs([client.get_experiment_by_name(experiment).experiment_id], max_results=100)
+    jobs = [r for r in runs if r.data.tags.get("wildtrace.sweep") != "parent"]
+    finished = sorted(r.data.params["decoding.temperature"] for r in jobs if r.info.status == "FINISHED")
+    assert finished == sorted(["0.1", "0.4", *TEMPERATURES])  # A's two, then B's four
+    folder = report(tmp_path / "b" / "outputs", url, experiment)
+    board = read_csv(folder / "leaderboard.csv")
+    assert len(board) == 4 and all(r["n_runs"] == "1" for r in board)  # a row per setting, resumed or not
+    provenance = read_csv(folder / "provenance.csv")
+    assert sum(1 for r in provenance if r["duplicates"]) == 2  # B's reruns of A's finished jobs, folded in
