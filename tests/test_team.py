@@ -303,3 +303,48 @@ def test_a_sweep_killed_half_way_resumes_on_another_machine(pg_mlflow, tmp_path)
     assert len(board) == 4 and all(r["n_runs"] == "1" for r in board)  # a row per setting, resumed or not
     provenance = read_csv(folder / "provenance.csv")
     assert sum(1 for r in provenance if r["duplicates"]) == 2  # B's reruns of A's finished jobs, folded in
+
+
+# --- cluster presets ---------------------------------------------------------------------------
+
+def launcher_config(*overrides: str):
+    from hydra import compose, initialize_config_dir
+
+    from wildtrace.app import CONF_DIR
+    from wildtrace.config import register
+
+    register()
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides), return_hydra_config=True).hydra.launcher
+
+
+def test_slurm_preset_submits_an_array_with_its_settings(tmp_path):
+    """conf/hydra/launcher/slurm.yaml, mapped as hydra-submitit-launcher maps it, gives the sbatch
+    script submitit would submit: the partition, time limit and array parallelism as set."""
+    import inspect
+
+    from omegaconf import OmegaConf
+    from submitit.slurm.slurm import SlurmExecutor, _make_sbatch_string
+
+    cfg = launcher_config("hydra/launcher=slurm", "hydra.launcher.partition=cpu", "hydra.launcher.timeout_min=90",
+                          "hydra.launcher.array_parallelism=4", f"hydra.launcher.submitit_folder={tmp_path}")
+    params = OmegaConf.to_container(cfg, resolve=True)
+    assert params.pop("_target_").endswith("SlurmLauncher")
+    folder = params.pop("submitit_folder")
+    assert params.pop("max_num_timeout") == 2  # the executor's, not sbatch's
+    names = SlurmExecutor._equivalence_dict()  # the launcher's shared names → submitit's Slurm names
+    sbatch = {names.get(k, k): v for k, v in params.items()}
+    sbatch["mem"] = f"{sbatch['mem']}GB"
+    assert set(sbatch) <= set(inspect.signature(_make_sbatch_string).parameters)  # every setting is a real one
+    script = _make_sbatch_string("python -m submitit.core._submit", folder, map_count=38, **sbatch)  # 19 models × 2
+    for line in ("#SBATCH --partition=cpu", "#SBATCH --time=90", "#SBATCH --array=0-37%4", "#SBATCH --cpus-per-task=2",
+                 "#SBATCH --mem=2GB", "#SBATCH --ntasks-per-node=1"):
+        assert line in script.splitlines(), line
+
+
+def test_ray_preset_composes_when_the_plugin_is_installed():
+    pytest.importorskip("hydra_plugins.hydra_ray_launcher", reason="hydra-ray-launcher is not installed "
+                        "(pip install hydra-ray-launcher); conf/hydra/launcher/ray_cluster.yaml is then untested")
+    cfg = launcher_config("hydra/launcher=ray_cluster", "hydra.launcher.ray.init.address=127.0.0.1:6379")
+    assert cfg._target_.endswith("RayLauncher") and cfg.ray.init.address == "127.0.0.1:6379"
+    assert cfg.ray.remote.num_cpus == 2
