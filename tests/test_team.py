@@ -4,6 +4,7 @@ processes in different folders, and a sweep resumed on another machine (docs/tea
 from __future__ import annotations
 
 import csv
+import errno
 import json
 import os
 import re
@@ -348,3 +349,28 @@ def test_ray_preset_composes_when_the_plugin_is_installed():
     cfg = launcher_config("hydra/launcher=ray_cluster", "hydra.launcher.ray.init.address=127.0.0.1:6379")
     assert cfg._target_.endswith("RayLauncher") and cfg.ray.init.address == "127.0.0.1:6379"
     assert cfg.ray.remote.num_cpus == 2
+
+
+# --- a shared filesystem that refuses locks ----------------------------------------------------
+
+@pytest.mark.parametrize("code", [errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP],
+                         ids=["nfs-no-lockd", "lustre-noflock", "no-flock-support"])
+def test_a_filesystem_that_refuses_locks_still_runs_and_caches(tmp_path, monkeypatch, caplog, code):
+    """flock(2) fails with an error (not 'held by another') where the filesystem takes no locks:
+    the run goes on unlocked, says so once, and stores every outcome (so a rerun pays nothing)."""
+    import fcntl
+
+    from conftest import settings
+    from wildtrace.runtime.run import run
+
+    def refusing(fd: int, operation: int) -> None:
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(fcntl, "flock", refusing)
+    first = run(settings(tmp_path, ["dataset.limit=3"]))
+    assert first.summary["n_total"] == 3 and sum(first.stats["requests"].values()) == 6
+    refused = [r for r in caplog.records if "refuses locks" in r.getMessage()]
+    assert len(refused) == 1 and os.strerror(code) in refused[0].getMessage()
+    again = run(settings(tmp_path, ["dataset.limit=3"]))
+    assert sum(again.stats["requests"].values()) == 0 and again.stats["cache_hits"] == 6
+    assert again.summary["overall"] == first.summary["overall"]
