@@ -53,8 +53,14 @@ def newest_run_traces(uri: str) -> int:
     client = MlflowClient(tracking_uri=uri)
     exp = client.get_experiment_by_name(EXPERIMENT)
     (run,) = client.search_runs([exp.experiment_id], order_by=["attributes.start_time DESC"], max_results=1)
-    return len(client.search_traces(locations=[exp.experiment_id], run_id=run.info.run_id, max_results=10000,
-                                    include_spans=False))
+    count, token = 0, None
+    while True:  # a server takes at most 500 a page
+        page = client.search_traces(locations=[exp.experiment_id], run_id=run.info.run_id, max_results=500,
+                                    include_spans=False, page_token=token)
+        count += len(page)
+        token = page.token
+        if not token:
+            return count
 
 
 def stores(work: Path) -> Iterator[tuple[str, str]]:

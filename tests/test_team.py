@@ -62,8 +62,12 @@ def check_logged(client: MlflowClient, child) -> None:
     traces = client.search_traces(locations=[child.info.experiment_id], run_id=child.info.run_id, max_results=100,
                                   include_spans=False)
     assert sorted(t.info.tags["question_id"] for t in traces) == sorted(SAMPLE_IDS)
+    by_task = {t["question_id"]: t for t in scores["tasks"]}
     for trace in traces:
-        assert {a.name for a in trace.info.assessments} == OFFLINE_JUDGES, trace.info.tags["question_id"]
+        task = by_task[trace.info.tags["question_id"]]
+        feedback = {a.name: a.value for a in trace.info.assessments}
+        assert set(feedback) == OFFLINE_JUDGES, task["question_id"]
+        assert feedback == {f"judge/{k}": pytest.approx(v["score"]) for k, v in task["judges"].items()}
 
 
 def report(root: Path, url: str, experiment: str) -> Path:
