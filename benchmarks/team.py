@@ -3,6 +3,7 @@
 
     python benchmarks/scale.py --keep                 # makes a finished 481-task run: <work_dir>/runs/first
     python benchmarks/team.py <work_dir>/runs/first [--repeat 2] [--json out.json]
+    python benchmarks/team.py --scale [-- SCALE_ARGS]  # benchmarks/scale.py on each store, live
 
 Each store is fresh. Into each, ``python -m wildtrace.upload RUN_DIR --tracking-uri URI --force``
 is run ``--repeat`` times, timed from the command's start to its exit (the interpreter's start
@@ -10,6 +11,9 @@ and MLflow's import included, as a user sees it); after each upload the run's tr
 in the store, so a figure is only reported for a complete run. The first upload into a store
 also stores the run's documents (once per store, by sha256: 230 MB at full size); the later
 ones send the params, metrics, files, tables and every trace with its judges' feedback only.
+With ``--scale``, ``benchmarks/scale.py`` (a run and its fully cached rerun, traces streamed as
+tasks finish) runs once on its default local SQLite store and once against a server on
+PostgreSQL (``--override mlflow.tracking_uri=…``), and the figures that differ are printed.
 PostgreSQL and the servers run on this machine (loopback), started and stopped by this script.
 """
 
@@ -82,12 +86,48 @@ def stores(work: Path) -> Iterator[tuple[str, str]]:
             yield "mlflow server on PostgreSQL", url
 
 
+def scale(work: Path, label: str, extra: list[str]) -> dict:
+    """One benchmarks/scale.py measurement (its JSON report); its log goes to ``work/<label>.log``."""
+    out = work / f"{label}.json"
+    with open(work / f"{label}.log", "w") as log:
+        subprocess.run([sys.executable, str(ROOT / "benchmarks" / "scale.py"), "--json", str(out), *extra],
+                       stdout=log, stderr=subprocess.STDOUT)
+    report = json.loads(out.read_text())
+    first, rerun = report["first"], report["rerun"]
+    print(f"{label}: first run wall {first['wall_s']:.1f} s (pipeline {first['pipeline_s']:.1f} s), tail after the "
+          f"last reply {first['tail_s']:.1f} s, logging CPU {first['logger_cpu_s']:.1f} s, logged "
+          f"{first['mlflow_logged']}; rerun run() {rerun['wall_s']:.1f} s, process {rerun['process_s']:.1f} s, "
+          f"{rerun['requests']} requests, logged {rerun['mlflow_logged']}", flush=True)
+    return report
+
+
+def live(extra: list[str]) -> int:
+    """benchmarks/scale.py on the local SQLite store, then against mlflow server on PostgreSQL."""
+    reason = pg.skip_reason()
+    if reason:
+        raise SystemExit(f"no PostgreSQL: {reason}")
+    with tempfile.TemporaryDirectory(prefix="wildtrace-team-") as tmp:
+        work = Path(tmp)
+        scale(work, "sqlite (local file)", extra)
+        with pg.postgres() as db:
+            db.create_database("mlflow")
+            with pg.mlflow_server(db.uri("mlflow"), work / "artifacts", work / "server.log") as (url, _):
+                scale(work, "mlflow server on PostgreSQL", [*extra, "--override", f"mlflow.tracking_uri={url}"])
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("run_dir", type=Path, help="a finished run directory (benchmarks/scale.py --keep: runs/first)")
+    p.add_argument("run_dir", type=Path, nargs="?", help="a finished run directory (scale.py --keep: runs/first)")
     p.add_argument("--repeat", type=int, default=2, help="uploads into each store (default 2)")
     p.add_argument("--json", dest="json_out", default=None, help="also write the figures here")
+    p.add_argument("--scale", nargs=argparse.REMAINDER, default=None, metavar="SCALE_ARGS",
+                   help="instead: benchmarks/scale.py (with these arguments) on each store")
     args = p.parse_args(argv)
+    if args.scale is not None:
+        return live([a for a in args.scale if a != "--"])
+    if args.run_dir is None:
+        p.error("a run directory, or --scale")
     n_tasks = len(json.loads((args.run_dir / "scores.json").read_text())["tasks"])
     figures: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="wildtrace-team-") as tmp, closing(stores(Path(tmp))) as each:
