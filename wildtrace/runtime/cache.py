@@ -24,6 +24,7 @@ import errno
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import tempfile
 import threading
@@ -34,6 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from wildtrace.files import FILE_MODE
+
+log = logging.getLogger(__name__)
 
 CACHE_VERSION = 1
 #: The run directory's journal of outcomes the cache could not take (read by later runs).
@@ -116,6 +119,8 @@ class Cache:
     journaled: int = 0  #: of those, how many the journal holds
     _fallback: dict[str, dict] = field(default_factory=dict, repr=False)  # key → outcome, from journals
     _journal_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    #: Why the filesystem refused a lock (said once; the calls then go on unlocked).
+    lock_refused: str | None = None
 
     def _path(self, key: str) -> Path:
         return self.directory / key[:2] / f"{key}.json"
@@ -219,7 +224,9 @@ class Cache:
         """Hold the request key's lock (across processes); waits while another holder pays for it.
 
         The lock is an ``flock`` on a small file, so a killed holder releases it at once.
-        A cache that is disabled or cannot hold lock files locks nothing.
+        A cache that is disabled or cannot hold lock files locks nothing, nor does one on a
+        filesystem that refuses locks (Lustre without ``-o flock``, NFS whose lock service is
+        down): a call in flight in another process may then be paid twice, never stored torn.
         """
         path = self.directory / "locks" / key[:2] / f"{key}.lock"
         fd = self._open_lock(path) if self.enabled else None
@@ -233,11 +240,20 @@ class Cache:
                     break
                 except BlockingIOError:
                     await asyncio.sleep(LOCK_POLL_S)
+                except OSError as exc:  # ENOLCK, ENOSYS, EOPNOTSUPP: no locks here; still make the call
+                    self._refused(exc)
+                    break
             yield
             if self._path(key).exists():  # stored: whoever still waits will find it in the cache
                 _unlink(str(path))
         finally:
             os.close(fd)  # closing the descriptor releases the lock
+
+    def _refused(self, exc: OSError) -> None:
+        if self.lock_refused is None:
+            self.lock_refused = f"{self.directory}: {exc.strerror or exc}"
+            log.warning("cache: the filesystem refuses locks (%s); calls are not locked against other processes, "
+                        "so one in flight elsewhere may be paid twice (docs/team.md)", self.lock_refused)
 
     @staticmethod
     def _open_lock(path: Path) -> int | None:
