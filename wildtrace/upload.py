@@ -10,9 +10,10 @@ without repeating the traces already stored.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
+
+from wildtrace.exitcodes import ArgumentParser, ExitCode, error
 
 
 def plan(marker: dict, tracking_uri: str | None, force: bool) -> tuple[str, str | None]:
@@ -43,15 +44,15 @@ def upload_one(run_dir: Path, tracking_uri: str | None, experiment: str | None, 
         run_id = log_run_dir(run_dir, parent or marker.get("parent_run_id"), uri, experiment,
                              resume_run_id=run_id if action == "resume" else None)
     except Exception as exc:  # noqa: BLE001 - report and go on with the next directory
-        print(f"wildtrace-upload: {run_dir}: not logged: {reason_of(exc)}", file=sys.stderr)
-        return 2
+        error("wildtrace-upload", f"{run_dir}: not logged: {reason_of(exc)}")
+        return ExitCode.BAD_INPUT
     print(f"{run_dir}: {'completed' if action == 'resume' else 'logged as'} MLflow run {run_id}")
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     """Log each RUN_DIR; 0 when all were logged, 2 otherwise (with the reason)."""
-    parser = argparse.ArgumentParser(prog="wildtrace-upload", description=__doc__)
+    parser = ArgumentParser(prog="wildtrace-upload", description=__doc__)
     parser.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
     parser.add_argument("--tracking-uri", help="default: the run's own mlflow.tracking_uri")
     parser.add_argument("--experiment", help="default: the run's own mlflow.experiment")

@@ -33,6 +33,7 @@ from wildtrace.runtime.cache import Cache, StorageError, check_writable
 from wildtrace.runtime.dataset import Dataset, load_dataset
 from wildtrace.runtime.http import Endpoint
 from wildtrace.files import write_json
+from wildtrace.exitcodes import SIGNAL_EXIT, ExitCode
 from wildtrace.runtime.pipeline import Counters, Outcome, Plan, Stop, Survey, execute, make_endpoint, survey
 from wildtrace.runtime.responses import load_responses
 from wildtrace.runtime.retry import RetryPolicy
@@ -41,10 +42,10 @@ from wildtrace.runtime import served
 
 log = logging.getLogger("wildtrace")
 
-#: Exit statuses: a finished run, an endpoint whose every call failed or a store that failed,
-#: and a stop by signal (the shell's 128 + signal number).
-EXIT_OK, EXIT_FAILED = 0, 1
-EXIT_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143}
+#: Exit statuses (wildtrace/exitcodes.py): a finished run, an endpoint whose every call failed or a
+#: store that failed, and a stop by signal (the shell's 128 + signal number).
+EXIT_OK, EXIT_FAILED = ExitCode.OK, ExitCode.RUN_FAILED
+EXIT_SIGNAL = SIGNAL_EXIT
 
 
 @dataclass
@@ -374,7 +375,7 @@ def run(cfg: WildtraceConfig, overrides: Sequence[str] = (), parent_run_id: str 
     result.exit_code = _exit_code(outcome, counters, signals)
     if outcome.stopped:
         result.headline += f"\nresume with: {resume_command(overrides)}"
-    print(redact(result.headline))  # last, so the headline is what a user sees when the run ends
+    result.headline = redact(result.headline)  # the entry point prints it, last (app.show_headline)
     return result
 
 
@@ -426,7 +427,7 @@ def _write(cfg: WildtraceConfig, dataset: Dataset, outcome: Outcome, out_dir: Pa
 
 def _exit_code(outcome: Outcome, counters: Counters, signals: list[int]) -> int:
     if signals:
-        return EXIT_SIGNAL.get(signal.Signals(signals[0]), 130)
+        return EXIT_SIGNAL.get(signal.Signals(signals[0]), ExitCode.SIGINT)
     if outcome.stopped or all_failed(counters):
         return EXIT_FAILED
     return EXIT_OK
