@@ -20,7 +20,7 @@ from omegaconf import DictConfig
 
 from hydra.core.hydra_config import HydraConfig
 
-from wildtrace.app import CONF_DIR, check_command_line, prepare
+from wildtrace.app import CONF_DIR, check_command_line, prepare, route_console_to_stderr
 from wildtrace.config import ConfigError, register
 from wildtrace.exitcodes import ExitCode, error, fail
 
@@ -36,6 +36,7 @@ def _check(dict_cfg: DictConfig) -> None:
     from wildtrace.runtime.secrets import MissingKeyError, install_log_filter, read_keys, redact
 
     install_log_filter()
+    route_console_to_stderr()  # stdout: the listing and the table; logs and errors: stderr (docs/entry-points.md)
     try:
         cfg = prepare(dict_cfg, list(HydraConfig.get().overrides.task))  # the run's own checks, typos included
         answer, judge = samplings(cfg)
