@@ -36,13 +36,16 @@ log = logging.getLogger("wildtrace")
 
 
 def ensure_stderr_logging() -> None:
-    """A stderr handler in the common format when nothing configured logging yet (argparse commands, pre-Hydra)."""
+    """A stderr handler in the common format when nothing configured logging yet (argparse commands, pre-Hydra).
+
+    The root level is left as it is: the handler is there for warnings and errors, not to
+    start showing every library's INFO records.
+    """
     root = logging.getLogger()
     if not root.handlers:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter(LOG_FORMAT))
         root.addHandler(handler)
-        root.setLevel(logging.INFO)
 
 
 def error(prog: str, message: object) -> None:
