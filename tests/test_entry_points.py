@@ -26,7 +26,8 @@ from wildtrace.exitcodes import LOG_FORMAT, ExitCode
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "wildtrace" / "data" / "sample"
 #: The common error line: Hydra's job-logging format, the ``wildtrace`` logger, ``<prog>: error: ``.
-ERROR_LINE = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\]\[wildtrace\]\[ERROR\] - (?P<prog>[\w.-]+): error: \S")
+ERROR_LINE = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\]\[wildtrace\]\[ERROR\] - "
+                        r"(?P<prog>[\w.-]+): error: \S")
 HAS_ESTIMATE = (ROOT / "wildtrace" / "estimate.py").is_file()  # on this checkout (an editable install may see another)
 
 
@@ -205,4 +206,4 @@ def test_the_error_line_format_is_hydras() -> None:
     from omegaconf import OmegaConf
 
     job_logging = OmegaConf.load(Path(hydra.__file__).parent / "conf" / "hydra" / "job_logging" / "default.yaml")
-    assert LOG_FORMAT == job_logging.formatters.simple.format
+    assert job_logging.formatters.simple.format == LOG_FORMAT

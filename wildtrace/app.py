@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 from pathlib import Path
@@ -12,7 +13,8 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from wildtrace.config import ConfigError, WildtraceConfig, register, to_settings
-from wildtrace.config_check import check_known_keys, check_override_names, check_overrides, check_reserved, check_retired
+from wildtrace.config_check import (check_known_keys, check_override_names, check_overrides, check_reserved,
+                                    check_retired)
 from wildtrace.core.events import RunObserver
 from wildtrace.exitcodes import fail
 
@@ -123,10 +125,8 @@ def discard_rejected(run_dir: Path) -> None:
         return
     if entries and all(e.name == ".hydra" or (e.is_file() and e.suffix == ".log") for e in entries):
         shutil.rmtree(run_dir, ignore_errors=True)
-        try:
-            run_dir.parent.rmdir()  # the day's folder, when this was its only run
-        except OSError:
-            pass
+        with contextlib.suppress(OSError):  # the day's folder, when this was its only run
+            run_dir.parent.rmdir()
 
 
 def observer_for(settings: WildtraceConfig, parent_run_id: str | None = None) -> RunObserver:

@@ -113,7 +113,8 @@ def _unknown_segment(key: str, schema_cls: type, top_valid: tuple[str, ...]) -> 
             parts_left = parts[i + 2:]
             if not parts_left or not dataclasses.is_dataclass(tp):
                 return None
-            found = _unknown_segment(".".join(parts_left), typing.cast(type, tp), tuple(_field_types(tp)))
+            value_cls = typing.cast(type, tp)
+            found = _unknown_segment(".".join(parts_left), value_cls, tuple(_field_types(value_cls)))
             return None if found is None else (".".join(parts[:i + 2]) + "." + found[0], found[1])
         if not dataclasses.is_dataclass(tp):
             return None
