@@ -58,6 +58,11 @@ def paper_config(tmp_path: Path, url: str, judge_name: str = "Qwen3.5") -> Path:
     return path
 
 
+#: What a Hydra entry point is given first: its outputs in tmp_path, no MLflow store.
+HYDRA_ARGS = {m: ["root={tmp}", "mlflow.enabled=false"]
+              for m in ("wildtrace", "wildtrace.check", "wildtrace.probe", "wildtrace.estimate")}
+HYDRA_ARGS["wildtrace.report"] = ["root={tmp}"]
+
 # (module, args, prog in the error line): one bad input per entry point, each refused before any request.
 BAD_INPUT = [
     ("wildtrace", ["stage=bogus"], "wildtrace"),  # composes, then refused by the settings' own check
@@ -82,10 +87,8 @@ BAD_INPUT = [
 @pytest.mark.slow
 @pytest.mark.parametrize(("module", "args", "prog"), BAD_INPUT, ids=lambda v: " ".join(v) if isinstance(v, list) else v)
 def test_bad_input_exits_2_with_one_error_line(tmp_path: Path, module: str, args: list[str], prog: str) -> None:
-    argv = [a.replace("{tmp}", str(tmp_path)) for a in args]
-    hydra_app = module in ("wildtrace", "wildtrace.check", "wildtrace.probe", "wildtrace.report", "wildtrace.estimate")
-    proc = cli(module, *([f"root={tmp_path}", "mlflow.enabled=false"] if hydra_app and module != "wildtrace.report"
-                         else [f"root={tmp_path}"] if hydra_app else []), *argv, cwd=tmp_path)
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in [*HYDRA_ARGS.get(module, []), *args]]
+    proc = cli(module, *argv, cwd=tmp_path)
     assert proc.returncode == ExitCode.BAD_INPUT, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
     found = error_lines(proc.stderr)
