@@ -390,7 +390,7 @@ def test_stdout_is_the_headline_and_app_log_ends_with_it(tmp_path):
     lines = proc.stdout.splitlines()
     assert [line.split(":")[0] for line in lines] == ["wildtrace 0.1.0", "overall (All view)",
                                                        "scored 2 · unscored 0 · failed 0 · out of context 0 · "
-                                                       "missing 0 · of 2", "calls", "run dir"]
+                                                       "missing 0 · of 2", "calls", "cost", "run dir"]
     run_dir = Path(lines[-1].removeprefix("run dir: "))
     log_text = (run_dir / "app.log").read_text()
     assert "[wildtrace.headline][INFO] - " + "\n".join(lines) in log_text

@@ -1,4 +1,4 @@
-"""Judge replies: the last JSON object with a numeric total, in every shape judges use."""
+"""Judge replies: the one total a reply's grades agree on, in every shape judges use."""
 
 import pytest
 
@@ -11,7 +11,7 @@ from wildtrace.core.judging import panel_mean, parse_judge_reply
         ('{"points_awarded":[30,20],"total":50}', 50.0, 0.5),
         ('```json\n{"points_awarded": [40], "total": 40}\n```', 40.0, 0.4),
         ('Looking at the rubric, P1 is met.\n{"points_awarded":[30],"total":30}\nThat is my grade.', 30.0, 0.3),
-        ('{"total": 10} on reflection: {"points_awarded":[20],"total":20}', 20.0, 0.2),  # the last object wins
+        ('{"total": 20} as I said: {"points_awarded":[20],"total":20}', 20.0, 0.2),  # grades that agree
         ('{"total": 150}', 150.0, 1.0),  # above 100 caps at 1.0
         ('{"total": -20}', -20.0, 0.0),  # never below 0
         ('{"total": 0}', 0.0, 0.0),
@@ -43,6 +43,8 @@ def test_reads_total(reply, total, score):
         ('{"total": null}', "no_numeric_total"),
         ('{"total": NaN}', "no_numeric_total"),
         ('{"total": 50', "no_numeric_total"),  # truncated JSON
+        # Grades that disagree are not guessed at (issue 17 item 10): a self-correction too.
+        ('{"total": 10} on reflection: {"points_awarded":[20],"total":20}', "ambiguous_total"),
     ],
 )
 def test_unavailable_never_zero(reply, reason):
@@ -70,7 +72,7 @@ import math  # noqa: E402
 import time  # noqa: E402
 
 from wildtrace.core import jsonsafe  # noqa: E402
-from wildtrace.core.judging import MAX_REPLY_CHARS, graded_objects  # noqa: E402
+from wildtrace.core.judging import MAX_REPLY_CHARS, graded_objects, outermost  # noqa: E402
 
 BIG_INT = "9" * 10_000
 GRADE = '{"points_awarded": [30], "total": 30}'
@@ -140,10 +142,13 @@ def test_only_the_tail_is_read():
     assert parse_judge_reply(cut + ' {"total": 11}').total == 11.0
 
 
-def test_outer_object_wins_a_tie_and_the_last_end_wins():
-    text = 'prose {"a": 1, "grade": {"total": 10}} then {"total": 20, "inner": {"total": 30}}'
-    assert [t for _, _, t in sorted(graded_objects(text))] == [10.0, 20.0, 30.0]
-    assert parse_judge_reply(text).total == 20.0  # ends last; its inner one ends earlier
+def test_a_total_nested_in_a_grade_is_part_of_it_and_grades_that_disagree_are_ambiguous():
+    text = 'prose {"a": 1, "grade": {"total": 20}} then {"total": 20, "inner": {"total": 30}}'
+    assert [t for _, _, t in sorted(graded_objects(text))] == [20.0, 20.0, 30.0]
+    assert [t for _, _, t in outermost(graded_objects(text))] == [20.0, 20.0]  # the 30 is inside a grade
+    assert parse_judge_reply(text).total == 20.0
+    assert parse_judge_reply(text.replace('"grade": {"total": 20}', '"grade": {"total": 10}')).reason \
+        == "ambiguous_total"
 
 
 LINEAR_UNITS = ["{", '{"a":', '{"a":"{"', '"{"', '{"total":1,', '{"a":[', '{"x":1}{', '{"total": 5} ', "[" * 3 + "{"]

@@ -364,6 +364,8 @@ def test_preflight_prints_a_table_and_exits_by_result(tmp_path, test_key):
     assert "test-model" in model_line and "rejected (omitted)" in model_line and " ok " in model_line
     qwen_line = next(line for line in lines if line.startswith("qwen"))
     assert "accepted" in qwen_line and "total=100" in qwen_line
+    # beside the table, the whole run's estimate (the custom model has no price: unknown, never $0)
+    assert any(line.startswith("estimate: unknown – unknown for the calls still to send (20 calls") for line in lines)
     assert bad.returncode == 1
     assert "HTTP 404: The model `broken-judge` does not exist" in bad.stdout
     assert "1 of 2 endpoints failed: qwen" in bad.stderr

@@ -258,7 +258,8 @@ def test_files_and_a_self_contained_page(runs_root, tmp_path):
     written = render.write(report, out)
     names = {p.name for p in written}
     assert {"leaderboard.csv", "leaderboard.md", "judge_agreement.json", "report.html", "leaderboard.png",
-            "tiers.png", "judge_agreement.png", "replicates.png", "comparisons.csv", "provenance.csv"} <= names
+            "tiers.png", "judge_agreement.png", "replicates.png", "noise.png", "noise.json", "comparisons.csv",
+            "provenance.csv"} <= names
     csv = pd.read_csv(out / "leaderboard.csv")
     assert csv["overall"].tolist() == pytest.approx(report.leaderboard["overall"].tolist())
     md = (out / "leaderboard.md").read_text()
@@ -268,7 +269,7 @@ def test_files_and_a_self_contained_page(runs_root, tmp_path):
     for section in ("leaderboard", "matched-panel", "paradigms-tiers", "judge-agreement", "replicates",
                     "comparisons", "provenance"):
         assert f'<section id="{section}">' in page
-    assert page.count('src="data:image/png;base64,') == 4
+    assert page.count('src="data:image/png;base64,') == 5  # with noise.png (a row has replicates)
     assert "http://" not in page.replace("http://x/v1", "") and "https://" not in page
     assert "<script" not in page and "<link" not in page
     alpha = json.loads((out / "judge_agreement.json").read_text())["krippendorff_alpha_interval"]

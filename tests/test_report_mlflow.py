@@ -93,7 +93,7 @@ def test_report_is_its_own_tagged_run_and_is_never_read_back(store):
     artifacts = {a.path for a in client.list_artifacts(reports.iloc[0]["run_id"], "tables")}
     assert {"tables/leaderboard.json", "tables/judge_pairs.json"} <= artifacts
     _, out = report_cli(store)  # a second report reads the same five benchmark runs, not the first report
-    assert "5 runs read, 1 identical duplicates" in (out / "leaderboard.md").read_text()
+    assert "5 runs read, 1 identical duplicate counted once" in (out / "leaderboard.md").read_text()
 
 
 def test_filters_and_run_dirs(store):

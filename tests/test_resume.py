@@ -62,9 +62,9 @@ def run_dir(stdout: str) -> Path:
 
 def without_latency(rows: list[dict]) -> list[dict]:
     """Two separate runs' calls differ only in when they happened, how long they took, and whether
-    this run paid for them or read them from the cache."""
-    return [{k: v for k, v in r.items() if k not in ("latency_s", "started_at", "cached", "original_latency_s")}
-            for r in rows]
+    this run paid for them or read them from the cache (and so what they cost this run)."""
+    return [{k: v for k, v in r.items() if k not in ("latency_s", "started_at", "cached", "original_latency_s",
+                                                     "cost_usd", "original_cost_usd")} for r in rows]
 
 
 def test_killed_run_resumes_without_paying_twice(tmp_path):

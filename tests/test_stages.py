@@ -129,4 +129,5 @@ def test_anthropic_model_and_gemini_judge(tmp_path, release):
     assert judge[0].body["generationConfig"] == {"maxOutputTokens": 16384, "temperature": 0.1}
     assert result.summary["overall"] == pytest.approx(40.0)
     rows = json.loads((result.out_dir / "responses.json").read_text())
-    assert rows[0]["usage"] == {"prompt_tokens": 50, "completion_tokens": 9, "reasoning_tokens": None}
+    assert rows[0]["usage"] == {"prompt_tokens": 50, "completion_tokens": 9, "reasoning_tokens": None,
+                                "cached_tokens": None}

@@ -6,11 +6,12 @@ import contextlib
 import logging
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
 
 from wildtrace.config import ConfigError, WildtraceConfig, register, to_settings
 from wildtrace.config_check import (check_known_keys, check_override_names, check_overrides, check_reserved,
@@ -68,13 +69,50 @@ def route_console_to_stderr(root: logging.Logger | None = None) -> None:
                 handler.addFilter(_NotHeadline())
 
 
-def prepare(dict_cfg: DictConfig, overrides: list[str] | None = None) -> WildtraceConfig:
-    """The composed config as validated settings: unknown keys (also ``+key=`` additions) fail first."""
+class RunDirCheck(Callback):
+    """Checks the folder Hydra is about to make for the run (or the sweep) before it makes it.
+
+    Hydra creates ``hydra.run.dir`` before the job starts, so a file in its place, a NUL
+    byte or a name too long ended in Hydra's traceback (exit 1). Here it is the same one-line
+    error, exit 2, as any other bad setting. The folder is made by the check (Hydra's
+    ``${now:…}`` is resolved once per composed config, so it is the folder Hydra uses).
+    """
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """Before a single run."""
+        self._check(config, "hydra.run.dir")
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """Before a sweep (its jobs' folders are made inside this one)."""
+        self._check(config, "hydra.sweep.dir")
+
+    @staticmethod
+    def _check(config: DictConfig, key: str) -> None:
+        from wildtrace.runtime.cache import StorageError, check_writable
+
+        try:
+            check_writable(Path(str(OmegaConf.select(config, key))), f"the run directory ({key})")
+        except StorageError as exc:
+            fail("wildtrace", exc)
+
+
+def prepare(dict_cfg: DictConfig, overrides: list[str] | None = None, refuse_retired: bool = True) -> WildtraceConfig:
+    """The composed config as validated settings: unknown keys (also ``+key=`` additions) fail first.
+
+    A retired first-party route (docs/routes.md) fails before any request; an entry point that
+    sends nothing (the estimate) passes ``refuse_retired=False`` and gets a warning instead.
+    """
     check_overrides(overrides or [])
     check_known_keys(dict_cfg)
     settings = to_settings(dict_cfg)
     check_reserved(settings)  # a judge keyed "model" would take the model's endpoint
-    check_retired(settings, Path(CONF_DIR))  # docs/routes.md: a retired first-party route fails before any request
+    try:
+        check_retired(settings, Path(CONF_DIR))
+    except ConfigError as exc:
+        if refuse_retired:
+            raise
+        logging.getLogger("wildtrace").warning("%s. A run of this config would be refused before any request; "
+                                               "it is estimated all the same", exc)
     return settings
 
 
@@ -133,12 +171,26 @@ def observer_for(settings: WildtraceConfig, parent_run_id: str | None = None) ->
     """What hears the run's events: MLflow tracking (from a child process) when it is on.
 
     The entry point composes the layers: runtime and tracking never import each other.
+    A local store that cannot be opened is found here, before any request: a ConfigError
+    (exit 2) naming the path when ``mlflow.required``, else one warning and an unlogged run.
     """
     if not settings.mlflow.enabled:
         return RunObserver()
     from wildtrace.tracking.process import ProcessObserver
+    from wildtrace.tracking.store import StoreUnusable, check_store
 
     m = settings.mlflow
+    try:
+        check_store(m.tracking_uri)
+    except StoreUnusable as exc:
+        if m.required:
+            raise ConfigError(f"mlflow.tracking_uri: {exc} (mlflow.required=false runs unlogged, "
+                              "mlflow.enabled=false without MLflow)") from None
+        from wildtrace.tracking.observer import UnloggedObserver
+
+        text = str(exc)
+        log.warning("%s; the run goes on unlogged (mlflow.required=false)", text[:1].upper() + text[1:])
+        return UnloggedObserver(text, parent_run_id)
     return ProcessObserver(m.tracking_uri, m.experiment, m.artifact_location, m.log_documents, parent_run_id)
 
 

@@ -6,8 +6,9 @@ First, before any paid call, each endpoint's own model list is asked whether it 
 route (runtime/catalog.py; one line per endpoint): a route the list lacks, or lists as shut
 down, fails the check and is not called; an endpoint without a list says "no model list".
 Then prints a table (endpoint, route, the model that answered, status, latency, whether
-temperature was accepted, the provider's message) and exits 1 if any endpoint failed or
-was answered by a model its ``served_model`` rule refuses, 2 on a config or key error
+temperature was accepted, the provider's message) and, beside it, the whole run's estimated
+cost (``python -m wildtrace.estimate``'s total); exits 1 if any endpoint failed or was
+answered by a model its ``served_model`` rule refuses, 2 on a config or key error
 (docs/entry-points.md). Its job log goes under ``<root>/checks/`` (conf/check.yaml), not ``runs/``.
 """
 
@@ -21,7 +22,7 @@ from omegaconf import DictConfig
 from hydra.core.hydra_config import HydraConfig
 
 from wildtrace.app import CONF_DIR, check_command_line, prepare, route_console_to_stderr
-from wildtrace.config import ConfigError, register
+from wildtrace.config import ConfigError, WildtraceConfig, register
 from wildtrace.exitcodes import ExitCode, error, fail
 
 register()
@@ -53,11 +54,23 @@ def _check(dict_cfg: DictConfig) -> None:
     checks = asyncio.run(preflight([(s, keys.get(s.api_key_env or ""), sampling) for s, sampling in specs], retry,
                                    rules, listed))
     print(redact(table(checks)))
+    print(estimate_line(cfg))
     failed = [c.endpoint for c in checks if not c.ok]
     if failed:
         error("wildtrace-check", f"{len(failed)} of {len(checks)} endpoints failed: {', '.join(failed)}")
         raise SystemExit(ExitCode.RUN_FAILED)
     print(f"wildtrace-check: all {len(checks)} endpoints answered")
+
+
+def estimate_line(cfg: WildtraceConfig) -> str:
+    """The whole run's estimated cost (python -m wildtrace.estimate's total), or why there is none."""
+    from wildtrace.core.tasks import DatasetError
+    from wildtrace.estimate import estimate, total_line
+
+    try:
+        return total_line(estimate(cfg))
+    except (DatasetError, OSError) as exc:  # the check is about endpoints: a missing dataset does not fail it
+        return f"estimate: unavailable ({exc})"
 
 
 def main() -> None:

@@ -17,6 +17,7 @@ from typing import Any, Optional
 from omegaconf import MISSING, OmegaConf
 
 from wildtrace.core.caps import Caps
+from wildtrace.core.cost import Price
 from wildtrace.providers.base import check_reasoning
 
 PROVIDERS = ("openai", "anthropic", "gemini", "offline")
@@ -82,6 +83,33 @@ class ServedModelConfig:
 
 
 @dataclass
+class PriceConfig:
+    """An endpoint's price (USD per million tokens, as the provider's pricing page lists it; docs/cost.md).
+
+    Every field may be null: a price nobody confirmed stays unknown, and so does every cost made from it.
+    """
+
+    #: Input tokens (not read from the provider's prompt cache).
+    input_per_mtok: Optional[float] = None
+    #: Output tokens; reasoning tokens are billed as output.
+    output_per_mtok: Optional[float] = None
+    #: Input tokens read from the provider's prompt cache.
+    cached_input_per_mtok: Optional[float] = None
+    #: A long-context tier: a request with more input tokens than this is billed whole at the multipliers.
+    above_input_tokens: Optional[int] = None
+    #: The tier's factor on input (and cached input) prices.
+    input_multiplier: Optional[float] = None
+    #: The tier's factor on the output price.
+    output_multiplier: Optional[float] = None
+    #: The fraction taken off a batched call (0.5 = half price); null where the provider offers none.
+    batch_discount: Optional[float] = None
+    #: Where the price was read (the pricing page's address).
+    source: Optional[str] = None
+    #: The date it was read (YYYY-MM-DD).
+    as_of: Optional[str] = None
+
+
+@dataclass
 class EndpointConfig:
     """What every endpoint has. ``api_key_env`` is the NAME of the env var, never the key."""
 
@@ -115,6 +143,12 @@ class EndpointConfig:
     retired: Optional[RetiredConfig] = None
     #: The served-model rule: a response naming another model is warned about or refused.
     served_model: ServedModelConfig = field(default_factory=ServedModelConfig)
+    #: What the endpoint costs (docs/cost.md); null fields: unknown, and so is the cost.
+    price: PriceConfig = field(default_factory=PriceConfig)
+    #: A spend cap for this endpoint alone, in USD (null: none); see budget.max_usd.
+    max_usd: Optional[float] = None
+    #: Send this endpoint's calls through the provider's batch API (openai, anthropic, gemini): docs/batch.md.
+    batch: bool = False
 
 
 @dataclass
@@ -163,6 +197,8 @@ class JudgePanelConfig:
     temperature: float = 0.1
     max_tokens: int = 16384
     replicate: int = 0
+    #: Every judge through its provider's batch API (as ``judges.<key>.batch=true`` for each).
+    batch: bool = False
     judges: dict[str, JudgeConfig] = field(default_factory=dict)
 
 
@@ -185,6 +221,16 @@ class RetryConfig:
     backoff_base_s: float = 1.0
     backoff_max_s: float = 60.0
     retry_after_max_s: float = 300.0
+
+
+@dataclass
+class BatchConfig:
+    """Batch mode's waiting (docs/batch.md): how often a pending batch is polled, and for how long."""
+
+    #: Seconds between two polls of a pending batch.
+    poll_s: float = 60.0
+    #: The longest wait for one batch, from its creation (the providers' window is 24 h).
+    max_wait_h: float = 24.0
 
 
 @dataclass
@@ -218,6 +264,28 @@ class MlflowConfig:
     artifact_location: Optional[str] = None
     #: Log each document the run used once, under documents/ (never once per task).
     log_documents: bool = True
+    #: A run that is not logged fails: a local store that cannot be opened stops it before any
+    #: request (exit 2), logging that fails later ends it with exit 3 (its files are kept, for
+    #: upload). False: one warning, the run goes on unlogged, its exit status is its own.
+    required: bool = True
+
+
+@dataclass
+class BudgetConfig:
+    """The whole run's spend cap (docs/cost.md): no call is sent whose worst case would pass it."""
+
+    #: USD for every endpoint of the run together; null: no cap.
+    max_usd: Optional[float] = None
+
+
+@dataclass
+class EstimateConfig:
+    """``python -m wildtrace.estimate``: the low end of the output range (the high end is max_tokens)."""
+
+    #: A typical answer's output tokens (reasoning included): the low estimate of each answer call.
+    answer_tokens: int = 1500
+    #: A typical judge reply's output tokens: the low estimate of each judge call.
+    judge_tokens: int = 600
 
 
 @dataclass
@@ -232,6 +300,10 @@ class WildtraceConfig:
     cache: CacheConfig = field(default_factory=CacheConfig)
     mlflow: MlflowConfig = field(default_factory=MlflowConfig)
     gateway: GatewayConfig = field(default_factory=GatewayConfig)
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
+    estimate: EstimateConfig = field(default_factory=EstimateConfig)
+    #: Batch mode's polling and longest wait (which endpoints: model.batch, judge_panel.batch).
+    batch: BatchConfig = field(default_factory=BatchConfig)
     #: all | answer | judge
     stage: str = "all"
     #: With stage=judge: a responses.json (or JSON rows) to judge.
@@ -273,6 +345,13 @@ def effective_max_tokens(model: ModelConfig, decoding: DecodingConfig) -> int:
     return REASONING_BUDGET if model.reasoning else DEFAULT_BUDGET
 
 
+def price_of(e: EndpointConfig) -> Price:
+    """The core's Price value for an endpoint config (source and date are for people, not sums)."""
+    p = e.price
+    return Price(p.input_per_mtok, p.output_per_mtok, p.cached_input_per_mtok, p.above_input_tokens,
+                 p.input_multiplier, p.output_multiplier, p.batch_discount)
+
+
 def caps_of(model: ModelConfig) -> Caps:
     """The core's Caps value for a model config."""
     return Caps(en=model.caps.en, cjk=model.caps.cjk)
@@ -297,6 +376,24 @@ def _check_endpoint(prefix: str, e: EndpointConfig) -> None:
         check_reasoning(e.provider, e.reasoning_format, None, e.route)
     except ValueError as exc:
         raise ConfigError(f"{prefix}.reasoning_format: {exc}") from None
+
+
+def _check_price(prefix: str, e: EndpointConfig) -> None:
+    p = e.price
+    for name in ("input_per_mtok", "output_per_mtok", "cached_input_per_mtok"):
+        value = getattr(p, name)
+        if value is not None and not (value >= 0 and value != float("inf")):
+            raise ConfigError(f"{prefix}.price.{name} must be a non-negative number of USD or null, got {value}")
+    for name in ("input_multiplier", "output_multiplier"):
+        value = getattr(p, name)
+        if value is not None and not (1 <= value < float("inf")):
+            raise ConfigError(f"{prefix}.price.{name} must be at least 1 (a tier costs more), got {value}")
+    if p.above_input_tokens is not None and p.above_input_tokens < 0:
+        raise ConfigError(f"{prefix}.price.above_input_tokens must be >= 0 or null, got {p.above_input_tokens}")
+    if p.batch_discount is not None and not 0 <= p.batch_discount < 1:
+        raise ConfigError(f"{prefix}.price.batch_discount must be within [0, 1), got {p.batch_discount}")
+    if e.max_usd is not None and not e.max_usd > 0:
+        raise ConfigError(f"{prefix}.max_usd must be positive or null, got {e.max_usd}")
 
 
 def _check_temperature(key: str, temperature: float, providers: dict[str, str]) -> None:
@@ -326,6 +423,13 @@ def validate(cfg: WildtraceConfig) -> WildtraceConfig:
     apply_gateway(cfg)
     if cfg.stage != "judge":
         _check_endpoint("model", cfg.model)
+    _check_price("model", cfg.model)
+    for key, judge in cfg.judge_panel.judges.items():
+        _check_price(f"judge_panel.judges.{key}", judge)
+    if cfg.budget.max_usd is not None and not cfg.budget.max_usd > 0:
+        raise ConfigError(f"budget.max_usd must be positive or null, got {cfg.budget.max_usd}")
+    if cfg.estimate.answer_tokens < 0 or cfg.estimate.judge_tokens < 0:
+        raise ConfigError("estimate.answer_tokens and estimate.judge_tokens must be >= 0")
     if cfg.model.budget_field not in BUDGET_FIELDS:
         raise ConfigError(f"model.budget_field must be one of {BUDGET_FIELDS}, got {cfg.model.budget_field!r}")
     if cfg.model.caps.en < 1 or cfg.model.caps.cjk < 1:
@@ -360,6 +464,7 @@ def validate(cfg: WildtraceConfig) -> WildtraceConfig:
         _check_temperature("judge_panel.temperature", cfg.judge_panel.temperature,
                            {f"judge_panel.judges.{k}": j.provider for k, j in cfg.judge_panel.judges.items()
                             if j.send_temperature})
+    _check_batch(cfg)
     r = cfg.retry
     if r.max_retries < 0:
         raise ConfigError(f"retry.max_retries must be >= 0 (0 = no retries), got {r.max_retries}")
@@ -372,6 +477,41 @@ def validate(cfg: WildtraceConfig) -> WildtraceConfig:
         if not value > 0:
             raise ConfigError(f"{name} must be positive, got {value}")
     return cfg
+
+
+#: Wire formats whose batch API wildtrace speaks (runtime/batch).
+BATCH_PROVIDERS = ("openai", "anthropic", "gemini")
+
+
+def batch_labels(cfg: WildtraceConfig) -> frozenset[str]:
+    """The endpoints the run sends in batch: "model" and judge keys."""
+    labels = {"model"} if cfg.model.batch and cfg.stage != "judge" else set()
+    if cfg.stage != "answer":
+        labels |= {k for k, j in cfg.judge_panel.judges.items() if j.batch or cfg.judge_panel.batch}
+    return frozenset(labels)
+
+
+def _check_batch(cfg: WildtraceConfig) -> None:
+    labels = batch_labels(cfg)
+    for label in sorted(labels):
+        endpoint = cfg.model if label == "model" else cfg.judge_panel.judges[label]
+        key = "model.batch" if label == "model" else (f"judge_panel.judges.{label}.batch"
+                                                      if endpoint.batch else "judge_panel.batch")
+        if endpoint.provider not in BATCH_PROVIDERS:
+            raise ConfigError(f"{key}=true: provider {endpoint.provider!r} has no batch mode here "
+                              f"(choose from {', '.join(BATCH_PROVIDERS)}, or set {key}=false)")
+        # Batch items are sent by the batch phase, not through the call that reserves a worst case
+        # against a cap first: under a cap they could overrun it, so the two are not combined (yet).
+        caps = [k for k, v in (("budget.max_usd", cfg.budget.max_usd),
+                               (("model" if label == "model" else f"judge_panel.judges.{label}") + ".max_usd",
+                                endpoint.max_usd)) if v is not None]
+        if caps:
+            raise ConfigError(f"{key}=true with {' and '.join(caps)}: a spend cap is not enforced on batched calls "
+                              f"yet (docs/batch.md); unset the cap or send {label}'s calls synchronously")
+    for name in ("poll_s", "max_wait_h"):
+        value = getattr(cfg.batch, name)
+        if not value > 0:
+            raise ConfigError(f"batch.{name} must be positive, got {value}")
 
 
 def to_settings(dict_cfg: Any) -> WildtraceConfig:

@@ -5,8 +5,10 @@ Both layers import from here, so neither has to import the other.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -36,6 +38,27 @@ def write_json(path: Path, data: Any) -> Path:
     return path
 
 
+def file_kind(path: str | Path) -> str | None:
+    """What stands at ``path``: "file" (a regular file, links followed), None (nothing), or what is wrong.
+
+    Never raises: a NUL byte, a name too long, a symlink loop, a directory or a FIFO are
+    answers (a FIFO would block a read forever), so a caller can name its field and stop.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except ValueError:
+        return "the path holds a NUL byte"
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            return None
+        return f"cannot be read: {exc.strerror or exc}"
+    if stat.S_ISREG(mode):
+        return "file"
+    if stat.S_ISDIR(mode):
+        return "is a directory, not a file"
+    return "is not a regular file (a FIFO, socket or device)"
+
+
 def resolve_corpus_file(corpus_dir: Path, corpus_file: str, at: str) -> Path:
     """``corpus_file`` inside ``corpus_dir``, with or without the release's ``corpus/`` prefix.
 
@@ -49,9 +72,17 @@ def resolve_corpus_file(corpus_dir: Path, corpus_file: str, at: str) -> Path:
     if corpus_file.startswith(CORPUS_PREFIX):
         candidates.insert(0, Path(corpus_file[len(CORPUS_PREFIX):]))
     for candidate in candidates:
-        path = (root / candidate).resolve()
+        try:
+            path = (root / candidate).resolve()
+        except RuntimeError as exc:  # a symlink loop (Python < 3.13; later ones stat it as ELOOP below)
+            raise DatasetError(f"{at}: field 'corpus_file' {corpus_file!r}: a loop of symbolic links ({exc})") from None
+        except (OSError, ValueError) as exc:
+            raise DatasetError(f"{at}: field 'corpus_file' {corpus_file!r}: cannot be resolved: {exc}") from None
         if not path.is_relative_to(root):
             raise DatasetError(f"{at}: field 'corpus_file' {corpus_file!r} leaves the corpus folder {root}")
-        if path.is_file():
+        kind = file_kind(path)
+        if kind == "file":
             return path
+        if kind is not None:
+            raise DatasetError(f"{at}: field 'corpus_file' {corpus_file!r}: {path} {kind}")
     raise DatasetError(f"{at}: field 'corpus_file': corpus file {corpus_file!r} not found in {root}")

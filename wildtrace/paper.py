@@ -31,6 +31,7 @@ from wildtrace.core.tasks import DatasetError
 from wildtrace.exitcodes import ArgumentParser, ExitCode, error
 from wildtrace.runtime.cache import StorageError
 from wildtrace.runtime.secrets import MissingKeyError
+from wildtrace.files import file_kind
 
 log = logging.getLogger("wildtrace.paper")
 #: Errors a step reports as bad input (exit 2): raised before any request is sent.
@@ -420,7 +421,36 @@ def run_step(config: Path, data: Path, corpus: Path, stage: str, responses: Path
 
 
 def _path(text: str) -> Path:
-    return Path(text).expanduser().resolve()
+    path = Path(text).expanduser()
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):  # a symlink loop, a name too long: check_paths names the flag
+        return path.absolute()
+
+
+def check_paths(config: Path, data: Path, corpus: Path | None, out: Path, responses: Path | None = None) -> None:
+    """Every flag's path checked before anything runs, naming the flag (exit 2, no traceback).
+
+    A FIFO given as --config would block the read forever, and a directory given as --out
+    used to fail only after the run had paid for every answer.
+    """
+    from wildtrace.core.tasks import DatasetError
+    from wildtrace.runtime.cache import check_writable
+    from wildtrace.runtime.dataset import input_file, input_folder
+
+    try:
+        input_file(config, "--config", "config file")
+        input_file(data, "--data", "tasks file")
+        if corpus is not None:
+            input_folder(corpus, "--corpus", "corpus folder")
+        if responses is not None:
+            input_file(responses, "--responses", "responses file")
+    except DatasetError as exc:
+        raise ConfigError(str(exc)) from None
+    kind = file_kind(out)
+    if kind not in (None, "file"):
+        raise ConfigError(f"--out: {out} {kind.replace('cannot be read', 'cannot be written')}")
+    check_writable(out.parent, "--out: the folder")
 
 
 def default_corpus(data: Path) -> Path:
@@ -462,6 +492,7 @@ def eval_main(argv: list[str] | None = None) -> int:
     args = _parser("wildtrace-eval", judge=False).parse_args(argv)
 
     def step() -> int:
+        check_paths(args.config, args.data, args.corpus, args.out)
         result = run_step(args.config, args.data, args.corpus, "answer")
         out = copy_out(result.out_dir / "responses.json", args.out)
         c = result.outcome.counters
@@ -477,6 +508,7 @@ def judge_main(argv: list[str] | None = None) -> int:
 
     def step() -> int:
         corpus = args.corpus or default_corpus(args.data)
+        check_paths(args.config, args.data, corpus, args.out, args.responses)
         result = run_step(args.config, args.data, corpus, "judge", args.responses)
         out = copy_out(result.out_dir / "scores.json", args.out)
         overall = result.summary["overall"]

@@ -256,6 +256,20 @@ def _confirm(settings: ProbeSettings, requests: int, tokens: int, ask: Callable[
         return False
 
 
+def _check_out(out: Path) -> None:
+    """probe.out must be a file (or nothing yet) in a folder that takes writes; ProbeError naming it otherwise."""
+    from wildtrace.files import file_kind
+    from wildtrace.runtime.cache import StorageError, check_writable
+
+    kind = file_kind(out)
+    if kind not in (None, "file"):
+        raise ProbeError(f"probe.out: {out} {kind}")
+    try:
+        check_writable(out.parent, "probe.out: the folder")
+    except StorageError as exc:
+        raise ProbeError(str(exc)) from None
+
+
 def probe(cfg: ProbeRunConfig, ask: Callable[[str], str] = input) -> Path | None:
     """Run the probe and write the model file; None when the user declined. Raises ProbeError."""
     from wildtrace.app import CONF_DIR
@@ -264,6 +278,7 @@ def probe(cfg: ProbeRunConfig, ask: Callable[[str], str] = input) -> Path | None
 
     p = cfg.probe
     out = Path(p.out) if p.out else Path(CONF_DIR) / "model" / f"{cfg.model.name}.yaml"
+    _check_out(out)  # before any request: a directory there failed only after the probe had paid
     if out.exists() and not p.overwrite:
         raise ProbeInputError(f"{out} exists; choose probe.out=… or probe.overwrite=true")
     spec = model_spec(cfg)  # the key is read before the question: a missing key fails first

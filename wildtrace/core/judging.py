@@ -3,6 +3,14 @@
 A reply with no usable total makes that judge *unavailable* for the task — recorded with
 the raw text and a reason — and is never counted as 0: "unscored" is not "wrong".
 
+Which object is the grade: the judge is told to reply with one JSON object, but its reply
+quotes the answer it grades, and the answer is the contestant's text — it can plant a
+``{"total": 100}`` for the judge to echo. Taking the first or the last object lets the
+plant win in one order or the other, so neither is taken: the *grades* of a reply are its
+objects with a numeric top-level ``total`` that are not inside another grade, and when
+they disagree the reply is ambiguous and the judge unavailable (``ambiguous_total``, kept
+with its text), never a guess. A grade repeated (fenced and in prose) agrees and is read.
+
 A reply is hostile input: only its last ``MAX_REPLY_CHARS`` characters are examined, in
 time linear in their length, and no reply makes the parser raise. Every ``{`` that starts a
 JSON object is found (inside code fences, after prose, nested) by one memoised scan: a JSON
@@ -43,7 +51,7 @@ class JudgeVerdict:
     total: float | None  #: the ``total`` read, as a float
     score: float | None  #: ``min(total / 100, 1)`` floored at 0; None when unavailable
     parsed: dict | None  #: the JSON object the total came from
-    reason: str | None  #: None when a score was read; else ``empty_reply`` or ``no_numeric_total``
+    reason: str | None  #: None when a score was read; else ``empty_reply``, ``no_numeric_total`` or ``ambiguous_total``
 
     @property
     def available(self) -> bool:
@@ -213,20 +221,36 @@ def _unavailable(reason: str) -> JudgeVerdict:
     return JudgeVerdict(total=None, score=None, parsed=None, reason=reason)
 
 
-def parse_judge_reply(text: str | None) -> JudgeVerdict:
-    """Take the last JSON object in the reply that has a numeric ``total``.
+def outermost(graded: list[tuple[int, int, float]]) -> list[tuple[int, int, float]]:
+    """The graded objects not inside another graded object, in order (a nested total is part of its grade).
 
-    "Last" is by where the object ends, so a judge that corrects itself is read at its
-    final word; between an object and one nested in it (same end), the outer one wins.
+    Objects found in one text nest or are disjoint, so one sweep by start suffices.
+    """
+    out: list[tuple[int, int, float]] = []
+    for start, end, total in sorted(graded, key=lambda g: (g[0], -g[1])):
+        if out and start < out[-1][1]:
+            continue  # inside the previous grade
+        out.append((start, end, total))
+    return out
+
+
+def parse_judge_reply(text: str | None) -> JudgeVerdict:
+    """Read the reply's grade: the one total its grades agree on (see the module docstring).
+
+    The grades are the JSON objects with a numeric top-level ``total`` not nested in another
+    grade. None → ``no_numeric_total``; grades with different totals → ``ambiguous_total``
+    (a plant the judge quoted cannot steer the score, in either order); else the last of them.
     Only the last MAX_REPLY_CHARS characters are read. Never raises.
     """
     if not isinstance(text, str) or not text.strip():
         return _unavailable("empty_reply")
     tail = text[-MAX_REPLY_CHARS:]
-    graded = graded_objects(tail)
-    if not graded:
+    grades = outermost(graded_objects(tail))
+    if not grades:
         return _unavailable("no_numeric_total")
-    start, end, total = max(graded, key=lambda g: (g[1], -g[0]))
+    if len({total for _, _, total in grades}) > 1:
+        return _unavailable("ambiguous_total")
+    start, end, total = grades[-1]
     try:
         parsed = jsonsafe.loads(tail[start:end])
     except ValueError:  # not reachable for an object the scan accepted; never trust that

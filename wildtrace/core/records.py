@@ -48,6 +48,9 @@ RETRIES_EXHAUSTED = "retries_exhausted"
 HTTP_ERROR = "http_error"
 TRANSPORT_ERROR = "transport_error"
 BAD_RESPONSE = "bad_response"
+#: Not sent: its worst-case cost did not fit the spend cap (budget.max_usd / <endpoint>.max_usd).
+#: Also an answer, judgment and task status: not a failure of the model, never cached.
+BUDGET_EXHAUSTED = "budget_exhausted"
 QUOTA = "quota_exhausted"  # a quota / spend-limit / billing refusal: never cured by retrying
 RESPONSE_TOO_LARGE = "response_too_large"
 
@@ -59,6 +62,7 @@ class Usage:
     prompt_tokens: int | None = None  # input tokens
     completion_tokens: int | None = None  # output tokens (reasoning included where the provider counts it so)
     reasoning_tokens: int | None = None  # reasoning/thinking tokens, where reported separately
+    cached_tokens: int | None = None  # input tokens read from the provider's prompt cache (a part of prompt_tokens)
 
     def to_dict(self) -> dict:
         """Plain dict for JSON rows."""
@@ -101,6 +105,9 @@ class CallResult:
     original_latency_s: float | None = None  # when cached: the paid call's latency
     temperature_sent: bool | str | None = None  # False: rejected and omitted; "ignored": sent, documented as ignored
     notes: tuple[str, ...] = ()  # what the harness changed on the way (non-finite numbers nulled, …)
+    cost_usd: float | None = None  # this run's cost of the call (0 when cached); None: unknown
+    original_cost_usd: float | None = None  # when cached: what the paid call cost
+    batched: bool = False  # sent through the provider's batch API (its batch discount applies)
 
 
 @dataclass
@@ -129,6 +136,9 @@ class AnswerRecord:
     original_latency_s: float | None = None  # when cached: the paid call's latency
     temperature_sent: bool | str | None = None  # False: rejected and omitted; "ignored": sent, documented as ignored
     notes: list[str] = field(default_factory=list)  # what the harness changed on the way
+    cost_usd: float | None = None  # what this call cost in this run (0 when cached); None: unknown
+    original_cost_usd: float | None = None  # when cached: what the paid call cost
+    batched: bool = False  # sent through the provider's batch API (its batch discount applies)
 
     def to_dict(self) -> dict:
         """Plain dict for JSON rows."""
@@ -162,6 +172,9 @@ class JudgmentRecord:
     original_latency_s: float | None = None  # when cached: the paid call's latency
     temperature_sent: bool | str | None = None  # False: rejected and omitted; "ignored": sent, documented as ignored
     notes: list[str] = field(default_factory=list)  # what the harness changed on the way
+    cost_usd: float | None = None  # what this call cost in this run (0 when cached); None: unknown
+    original_cost_usd: float | None = None  # when cached: what the paid call cost
+    batched: bool = False  # sent through the provider's batch API (its batch discount applies)
 
     def to_dict(self) -> dict:
         """Plain dict for JSON rows."""

@@ -108,10 +108,13 @@ def parse_task(record: Any, source: str, index: int) -> Task:
     if "scoring_rubric" not in ground_truth:
         raise DatasetError(f"{at}: missing field 'ground_truth.scoring_rubric'")
     meta = {k: record[k] for k in META_FIELDS if record.get(k) is not None}
+    corpus_file = _required_str(record, "corpus_file", at)
+    if "\0" in corpus_file:  # no file can have the name; the OS would refuse it with a bare ValueError
+        raise DatasetError(f"{at}: field 'corpus_file' {corpus_file!r} holds a NUL byte")
     return Task(
         question_id=question_id,
         question_text=_required_str(record, "question_text", at),
-        corpus_file=_required_str(record, "corpus_file", at),
+        corpus_file=corpus_file,
         rubric=parse_rubric(ground_truth["scoring_rubric"], at),
         meta=meta,
     )
@@ -161,3 +164,57 @@ def select(tasks: Sequence[Task], ids: Sequence[str] | None, limit: int | None, 
             raise DatasetError(f"dataset.limit must be at least 1, got {limit}")
         chosen = chosen[:limit]
     return chosen
+
+
+# ---------------------------------------------------------------------- oddities: warned, not refused
+
+#: The points a release's rubric sums to; the spec's score is total/100 whatever they sum to.
+RUBRIC_TOTAL = 100
+#: Task ids shown in one warning's message (all of them are kept beside it).
+SHOWN_IDS = 10
+
+
+@dataclass(frozen=True)
+class Oddity:
+    """Something the spec does not forbid but a release should not hold, and the tasks that have it."""
+
+    code: str
+    message: str
+    question_ids: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """As run_stats.json keeps a warning (code, message) plus the task ids."""
+        return {"code": self.code, "message": self.message, "question_ids": list(self.question_ids)}
+
+
+def _ids(items: Sequence[str]) -> str:
+    shown = ", ".join(items[:SHOWN_IDS])
+    return shown + (f" and {len(items) - SHOWN_IDS} more" if len(items) > SHOWN_IDS else "")
+
+
+def oddities(tasks: Sequence[Task], document_chars: Mapping[str, int]) -> list[Oddity]:
+    """Rubrics not summing to 100, rubric items of 0 points, empty documents: one Oddity each, naming the tasks.
+
+    ``document_chars``: corpus_file → its length. These run as the spec says (score =
+    total/100, an empty document is sent as it is); a run only says so, once.
+    """
+    off = [(t.question_id, t.max_points) for t in tasks if not math.isclose(t.max_points, RUBRIC_TOTAL, abs_tol=1e-6)]
+    zero = [t.question_id for t in tasks if any(item.points == 0 for item in t.rubric)]
+    empty = [t for t in tasks if document_chars.get(t.corpus_file) == 0]
+    out = []
+    if off:
+        sums = [f"{qid} ({points:g})" for qid, points in off]
+        out.append(Oddity("rubric_points_not_100",
+                          f"{len(off)} task(s) have rubric points that do not sum to {RUBRIC_TOTAL}: {_ids(sums)}; "
+                          "the score is still total/100 (spec §4), so such a task cannot reach 1.0 or reaches it "
+                          "early", tuple(qid for qid, _ in off)))
+    if zero:
+        out.append(Oddity("rubric_zero_points", f"{len(zero)} task(s) have a rubric item of 0 points: {_ids(zero)}",
+                          tuple(zero)))
+    if empty:
+        files = sorted({t.corpus_file for t in empty})
+        out.append(Oddity("empty_document",
+                          f"{len(empty)} task(s) use an empty (0-byte) document, sent as it is: "
+                          f"{_ids([t.question_id for t in empty])} ({_ids(files)})",
+                          tuple(t.question_id for t in empty)))
+    return out

@@ -34,10 +34,13 @@ def task_scores(answer_status: Mapping[str, str], judgments: pd.DataFrame) -> pd
     """
     available = judgments[judgments[STATUS] == R.JUDGED] if len(judgments) else judgments
     by_task = {qid: list(group[SCORE].astype(float)) for qid, group in available.groupby(QID)} if len(available) else {}
+    held = set(judgments.loc[judgments[STATUS] == R.BUDGET_EXHAUSTED, QID]) if len(judgments) else set()
     rows = []
     for qid, status in answer_status.items():
         score = panel_mean(by_task.get(qid, [])) if status == R.ANSWERED else None
-        if status == R.ANSWERED:
+        if status == R.ANSWERED and qid in held:
+            status, score = R.BUDGET_EXHAUSTED, None  # a judge the cap held back: the panel is incomplete
+        elif status == R.ANSWERED:
             status = R.UNSCORED if score is None else R.SCORED
         rows.append({QID: qid, STATUS: status, SCORE: score})
     return pd.DataFrame(rows, columns=[QID, STATUS, SCORE])
@@ -47,6 +50,9 @@ def task_outcome(answer_status: str, judgments: Iterable[Mapping]) -> tuple[str,
     """One task's status and score from its answer status and judgment rows (as task_scores does)."""
     if answer_status != R.ANSWERED:
         return answer_status, None
+    judgments = list(judgments)
+    if any(j.get(STATUS) == R.BUDGET_EXHAUSTED for j in judgments):
+        return R.BUDGET_EXHAUSTED, None
     score = panel_mean(j.get(SCORE) for j in judgments if j.get(STATUS) == R.JUDGED)
     return (R.UNSCORED, None) if score is None else (R.SCORED, score)
 
@@ -60,7 +66,8 @@ def scored_view(tasks: pd.DataFrame) -> tuple[float | None, int]:
 def all_view(tasks: pd.DataFrame, n_total: int | None = None) -> float | None:
     """All (All481 on the full release): every attempted task is the denominator.
 
-    Missing, failed, unscored and out-of-context rows count as 0. ``n_total`` defaults
+    Missing, failed, unscored and out-of-context rows count as 0, and so do budget_exhausted
+    ones (calls a spend cap held back), as the spec counts a missing answer. ``n_total`` defaults
     to the number of rows; pass the release size to zero-fill tasks absent from ``tasks``.
     """
     denominator = len(tasks) if n_total is None else n_total
@@ -73,6 +80,7 @@ def judge_means(judgments: pd.DataFrame) -> dict[str, dict]:
     """Per judge: mean score over its available judgments, n, and the unavailable rate."""
     out: dict[str, dict] = {}
     for judge, group in judgments.groupby(JUDGE, sort=True):
+        group = group[group[STATUS] != R.BUDGET_EXHAUSTED]  # never sent: not the judge's failure
         ok = group[group[STATUS] == R.JUDGED]
         out[str(judge)] = {
             "mean": float(ok[SCORE].astype(float).mean()) if len(ok) else None,
@@ -102,6 +110,7 @@ def summarize(tasks: pd.DataFrame, judgments: pd.DataFrame, n_total: int | None 
         "n_failed": int(counts.get(R.FAILED, 0)),
         "n_unscored": int(counts.get(R.UNSCORED, 0)),
         "n_missing": int(counts.get(R.MISSING, 0)),
+        "n_budget_exhausted": int(counts.get(R.BUDGET_EXHAUSTED, 0)),
         "judges": judge_means(judgments),
     }
 

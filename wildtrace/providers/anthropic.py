@@ -95,7 +95,7 @@ class AnthropicProvider(Provider):
         return Completion(
             text=text,
             finish_reason=stop,
-            usage=Usage(prompt_tokens=as_int(usage.get("input_tokens")), completion_tokens=as_int(usage.get("output_tokens"))),
+            usage=_usage(usage),
             refusal="stop_reason=refusal" if stop == "refusal" else None,
             reasoning=_reasoning_of(blocks),
             served_model=as_str(payload.get("model")),
@@ -192,3 +192,12 @@ class AnthropicStreamReader(StreamReader):
         """The Message a plain call returns (content blocks in index order)."""
         content = [self.blocks[i] for i in sorted(self.blocks)]
         return {**self.message, "content": content, "usage": dict(self.usage)}
+
+
+def _usage(usage: Mapping) -> Usage:
+    """Anthropic's counts: ``input_tokens`` excludes cache reads and writes, so the input is their sum
+    (cache writes are billed as input here: the harness sends no cache_control, so it makes none)."""
+    base, read, write = (as_int(usage.get(k)) for k in ("input_tokens", "cache_read_input_tokens",
+                                                          "cache_creation_input_tokens"))
+    prompt = None if base is None else base + (read or 0) + (write or 0)
+    return Usage(prompt_tokens=prompt, completion_tokens=as_int(usage.get("output_tokens")), cached_tokens=read)

@@ -39,7 +39,7 @@ def gemini_usage(meta: Mapping[str, Any]) -> Usage:
     candidates, thoughts = as_int(meta.get("candidatesTokenCount")), as_int(meta.get("thoughtsTokenCount"))
     completion = None if candidates is None and thoughts is None else (candidates or 0) + (thoughts or 0)
     return Usage(prompt_tokens=as_int(meta.get("promptTokenCount")), completion_tokens=completion,
-                 reasoning_tokens=thoughts)
+                 reasoning_tokens=thoughts, cached_tokens=as_int(meta.get("cachedContentTokenCount")))
 
 
 class GeminiProvider(Provider):

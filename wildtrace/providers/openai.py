@@ -162,6 +162,7 @@ class OpenAIProvider(Provider):
             prompt_tokens=as_int(usage.get("prompt_tokens")),
             completion_tokens=as_int(usage.get("completion_tokens")),
             reasoning_tokens=as_int(details.get("reasoning_tokens")),
+            cached_tokens=as_int(_mapping(usage.get("prompt_tokens_details")).get("cached_tokens")),
         )
         served = as_str(payload.get("model"))
         if not payload["choices"]:
@@ -264,3 +265,8 @@ class OpenAIStreamReader(StreamReader):
         if self.usage is not None:
             body["usage"] = self.usage
         return body
+
+
+def _mapping(value: Any) -> Mapping:
+    """A usage sub-block, or an empty one when it is absent or not an object."""
+    return value if isinstance(value, Mapping) else {}

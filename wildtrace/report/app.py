@@ -34,6 +34,8 @@ class ReportSettings:
     filter: str = ""  #: MLflow search filter on params/tags/metrics
     max_runs: int = 1000  #: at most this many MLflow runs
     with_responses: bool = True  #: read responses.json too
+    #: read judgments.json too (per-item points: item flips, where judges split); false reads less
+    with_judgments: bool = True
     bootstrap: BootstrapConfig = field(default_factory=BootstrapConfig)  #: interval settings
 
 
@@ -68,10 +70,10 @@ def make_report(cfg: ReportConfig, out_dir: Path) -> tuple[Report, str | None]:
 
     r = cfg.report
     if r.run_dirs:
-        runs = sources.from_run_dirs(r.run_dirs, r.with_responses)
+        runs = sources.from_run_dirs(r.run_dirs, r.with_responses, r.with_judgments)
     else:
         runs = sources.from_mlflow(cfg.mlflow.tracking_uri, cfg.mlflow.experiment, r.filter, r.max_runs,
-                                   r.with_responses)
+                                   r.with_responses, r.with_judgments)
     report = build(runs, Bootstrap(r.bootstrap.resamples, r.bootstrap.seed, r.bootstrap.level))
     render.write(report, out_dir)
     run_id = None

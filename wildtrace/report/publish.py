@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -11,6 +12,37 @@ from wildtrace.report.tables import Report
 
 #: The tag that tells a report run from a benchmark run (the report itself skips such runs).
 KIND_TAG = ("wildtrace.kind", "report")
+#: Digits kept in the report run's metrics: for reading in MLflow's UI (judge_agreement.json and
+#: noise.json keep full precision).
+METRIC_DIGITS = 4
+
+
+def _metric_key(*parts: str) -> str:
+    """A metric name MLflow accepts: characters outside its set become "_"."""
+    return ".".join(re.sub(r"[^A-Za-z0-9_\-. /]", "_", str(p)) for p in parts)
+
+
+def _row_key(label: str) -> str:
+    """A leaderboard label as a readable metric part: "a · t=0.1 · judges=x,y" → "a / t 0.1 / judges x y"."""
+    return label.replace(" · ", " / ").replace("=", " ").replace(",", " ")
+
+
+def report_metrics(report: Report) -> dict[str, float]:
+    """The report run's metrics: each judge against itself (intra_rater.<judge>.<key>), the
+    inter-judge alpha, and each replicated row's sd by source (noise.<row>.sd_pp_<source>)."""
+    out: dict[str, float] = {}
+    alpha = report.agreement.get("krippendorff_alpha_interval")
+    if alpha is not None:
+        out["inter_judge.krippendorff_alpha_interval"] = alpha
+    for judge, row in report.agreement.get("intra_rater", {}).items():
+        for key, value in row.items():
+            if value is not None:
+                out[_metric_key("intra_rater", judge, key)] = value
+    for row in report.noise:
+        for source, value in row["sd_pp"].items():
+            if value is not None:
+                out[_metric_key("noise", _row_key(row["model"]), f"sd_pp_{source}")] = value
+    return {k: round(float(v), METRIC_DIGITS) for k, v in out.items()}
 
 
 def log_report(report: Report, out_dir: Path, tracking_uri: str, experiment: str) -> str:
@@ -29,6 +61,11 @@ def log_report(report: Report, out_dir: Path, tracking_uri: str, experiment: str
                 # log_table wants JSON-able cells: NaN → None.
                 client.log_table(run_id, frame.astype(object).where(pd.notna(frame), None), f"tables/{name}.json")
         client.log_artifacts(run_id, str(out_dir), artifact_path="report")
+        from mlflow.entities import Metric
+
+        metrics = [Metric(k, v, 0, 0) for k, v in report_metrics(report).items()]
+        for i in range(0, len(metrics), 1000):
+            client.log_batch(run_id, metrics=metrics[i:i + 1000])
         client.log_param(run_id, "runs_read", str(report.n_runs_read))
         client.log_param(run_id, "bootstrap", f"{report.boot.resamples} resamples, seed {report.boot.seed}, "
                                               f"level {report.boot.level}")

@@ -19,8 +19,10 @@ import matplotlib
 matplotlib.use("Agg")  # no display: plots are files
 
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from wildtrace.report.noise import interpretation  # noqa: E402
 from wildtrace.report.tables import Report  # noqa: E402
 
 #: Section ids of report.html, in page order, with their headings.
@@ -29,7 +31,10 @@ SECTIONS = {
     "matched-panel": "Matched panel (robustness check, not the headline)",
     "paradigms-tiers": "Paradigms and context tiers",
     "judge-agreement": "Judge agreement",
+    "judge-splits": "Where the judges split",
     "replicates": "Replicates",
+    "noise": "Where a row's spread comes from",
+    "gaps": "Leaderboard gaps against noise",
     "comparisons": "One-setting comparisons",
     "provenance": "Provenance",
 }
@@ -53,13 +58,72 @@ def markdown(frame: pd.DataFrame) -> str:
     return "\n".join([head, rule, *body]) + "\n"
 
 
+def _pct(value: Any) -> Any:
+    return None if value is None else 100.0 * value
+
+
 def agreement_frames(agreement: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """judge_agreement.json as two tables: per judge, per pair."""
-    judges = pd.DataFrame([{"judge": k, "mean": v["mean"], "bias_vs_panel": v.get("bias"), "n": v["n"],
-                            "unavailable_rate": v["unavailable_rate"]} for k, v in agreement["judges"].items()])
-    pairs = pd.DataFrame([{"pair": k, "pearson": v["pearson"], "spearman": v["spearman"], "mad": v["mad"],
-                           "n": v["n"]} for k, v in agreement["pairs"].items()])
+    """judge_agreement.json as two tables, in % and percentage points (the JSON keeps 0–1): per
+    judge (with its unavailable calls split into parse and call failures), per pair."""
+    judges = pd.DataFrame([{"judge": k, "mean_pct": _pct(v["mean"]), "bias_vs_panel_pp": _pct(v.get("bias")),
+                            "n_graded": v["n"], "n_unavailable": v.get("n_unavailable"),
+                            "n_parse_failures": v.get("n_parse_failures"), "n_call_failures": v.get("n_call_failures"),
+                            "unavailable_pct": _pct(v["unavailable_rate"])} for k, v in agreement["judges"].items()])
+    pairs = pd.DataFrame([{"pair": k, "pearson": v["pearson"], "spearman": v["spearman"],
+                           "mean_abs_diff_pp": _pct(v["mad"]), "n_both": v["n"]} for k, v in agreement["pairs"].items()])
     return judges, pairs
+
+
+def intra_rater_frame(agreement: dict) -> pd.DataFrame:
+    """Each judge against itself, in % and percentage points, with Krippendorff's reading of alpha."""
+    items = agreement.get("intra_rater_items", {})
+    return pd.DataFrame([{"judge": k, "alpha_interval": v["krippendorff_alpha_interval"],
+                          "reading": interpretation(v["krippendorff_alpha_interval"]), "n_units": v["n_units"],
+                          "n_replicates": v["n_replicates"], "changed_pct": _pct(v["changed_rate"]),
+                          "mean_abs_change_pp": _pct(v["mean_abs_change"]),
+                          "max_abs_change_pp": _pct(v["max_abs_change"]),
+                          "item_flip_pct": _pct(items.get(k, {}).get("flip_rate"))}
+                         for k, v in agreement.get("intra_rater", {}).items()])
+
+
+def noise_frame(rows: list[dict]) -> pd.DataFrame:
+    """noise.json as a table: sd (pp) of each replicated row's overall from each source."""
+    return pd.DataFrame([{"model": r["model"], "sd_tasks_pp": r["sd_pp"]["tasks"],
+                          "sd_answers_pp": r["sd_pp"]["answers"], "sd_judges_pp": r["sd_pp"]["judges"],
+                          "n_answer_replicates": r["n_answer_replicates"],
+                          "n_judge_replicates": r["n_judge_replicates"],
+                          "not_estimable": "; ".join(f"{k}: {v}" for k, v in r.get("not_estimable", {}).items())}
+                         for r in rows])
+
+
+#: Column → the words the page heads it with (the CSVs keep the short names).
+WORDS = {
+    "judge": "judge", "mean_pct": "mean score (%)", "bias_vs_panel_pp": "bias vs panel mean (pp)",
+    "n_graded": "graded (n)", "n_unavailable": "unavailable (n)", "n_parse_failures": "parse failures (n)",
+    "n_call_failures": "call failures (n)", "unavailable_pct": "unavailable (% of calls)",
+    "pearson": "Pearson r", "spearman": "Spearman ρ", "mean_abs_diff_pp": "mean absolute difference (pp)",
+    "n_both": "tasks both graded (n)", "alpha_interval": "Krippendorff's alpha (interval) across replicates",
+    "reading": "reading", "n_units": "answers graded ≥ 2 times (n)", "n_replicates": "replicates (n)",
+    "changed_pct": "score changed (% of answers)", "mean_abs_change_pp": "mean change (pp)",
+    "max_abs_change_pp": "largest change (pp)", "item_flip_pct": "rubric items flipped (%)",
+    "sd_tasks_pp": "sd from tasks (pp)", "sd_answers_pp": "sd from answers (pp)", "sd_judges_pp": "sd from judges (pp)",
+    "n_answer_replicates": "answer sets (n)", "n_judge_replicates": "gradings of an answer set (n)",
+    "not_estimable": "not estimable, why", "question_id": "task", "item": "rubric item", "criterion": "criterion",
+    "n_answers": "answers (n)", "flip_pct": "points flipped (% of answers)",
+    "split_pct": "judges differ (% of answers)",
+    "mean_spread": "mean spread of points", "rank": "rank", "upper": "upper row", "lower": "lower row",
+    "gap_pp": "gap (pp)", "ci_low_pp": "95% CI low (pp)", "ci_high_pp": "95% CI high (pp)",
+    "n_tasks": "tasks (n)", "within_noise": "within noise", "noise": "against noise",
+    "judge_drift": "judges differ in", "noise_ci_low_pp": "CI low with replicates (pp)",
+    "noise_ci_high_pp": "CI high with replicates (pp)", "diff_pp": "diff b − a (pp)",
+    "overall_a": "overall a (%)", "overall_b": "overall b (%)", "value_a": "value a", "value_b": "value b",
+    "setting": "setting", "n_runs": "runs (n)", "n_scored": "scored tasks (n)",
+    "n_out_of_context": "out of context (n)", "n_failed": "failed (n)", "matched": "matched (%)", "n": "tasks (n)",
+    "all": "All view (%)", "scored": "Scored view (%)", "replicate": "replicate of",
+    "overall_mean": "overall mean (%)", "overall_sd": "sd across runs (pp)", "overall_min": "lowest (%)",
+    "overall_max": "highest (%)", "overall_range": "range (pp)", "task_sd_mean_pp": "mean per-task sd (pp)",
+    "task_range_max_pp": "largest per-task range (pp)",
+}
 
 
 # --------------------------------------------------------------------------- plots
@@ -138,6 +202,30 @@ def plot_replicates(summary: pd.DataFrame) -> bytes:
     return _png(fig)
 
 
+def plot_noise(rows: list[dict]) -> bytes:
+    """Per replicated row: the share of its overall's variance from tasks, answers and judges
+    (stacked to 100 %), each bar labelled with the sds in pp."""
+    fig, ax = plt.subplots(figsize=(8, 0.55 * max(len(rows), 2) + 1.4))
+    colours = {"tasks": "tab:grey", "answers": "tab:orange", "judges": "tab:blue"}
+    for i, row in enumerate(rows):
+        sd = row["sd_pp"]
+        var = {k: (v or 0.0) ** 2 for k, v in sd.items()}
+        total = sum(var.values()) or 1.0
+        left = 0.0
+        for source, colour in colours.items():
+            share = 100.0 * var[source] / total
+            ax.barh(i, share, left=left, color=colour, label=source if i == 0 else None)
+            left += share
+        text = " · ".join(f"{k} {'n/a' if v is None else f'{v:.2f}'}" for k, v in sd.items())
+        ax.annotate(f"sd pp: {text}", (100, i), xytext=(6, -3), textcoords="offset points", fontsize=8)
+    ax.set_yticks(range(len(rows)), [r["model"] for r in rows])
+    ax.invert_yaxis()
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("share of the overall's variance (%): tasks, answers (decoding replicates), judges (judge replicates)")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=3)
+    return _png(fig)
+
+
 def plots(report: Report) -> dict[str, bytes]:
     """name → PNG bytes for the plots the report has data for."""
     out = {}
@@ -149,6 +237,8 @@ def plots(report: Report) -> dict[str, bytes]:
         out["judge_agreement.png"] = plot_agreement(report.agreement)
     if len(report.replicates):
         out["replicates.png"] = plot_replicates(report.replicates)
+    if report.noise:
+        out["noise.png"] = plot_noise(report.noise)
     return out
 
 
@@ -159,22 +249,27 @@ def tables(report: Report) -> dict[str, pd.DataFrame]:
     """name (without extension) → table, as written to CSV and logged to MLflow."""
     judges, pairs = agreement_frames(report.agreement)
     return {"leaderboard": report.leaderboard, "matched_panel": report.matched, "paradigms": report.paradigms,
-            "tiers": report.tiers, "judges": judges, "judge_pairs": pairs, "replicates": report.replicates,
-            "replicate_tasks": report.replicate_tasks, "comparisons": report.comparisons,
-            "provenance": report.provenance}
+            "tiers": report.tiers, "judges": judges, "judge_pairs": pairs, "intra_rater": intra_rater_frame(report.agreement),
+            "intra_rater_items": report.item_flips, "judge_splits": report.splits, "replicates": report.replicates,
+            "replicate_tasks": report.replicate_tasks, "noise": noise_frame(report.noise), "gaps": report.gaps,
+            "comparisons": report.comparisons, "provenance": report.provenance}
 
 
 def _method(report: Report) -> str:
     b = report.boot
-    return (f"{report.n_runs_read} runs read, {len(report.duplicates)} identical duplicates counted once. "
+    n = len(report.duplicates)
+    return (f"{report.n_runs_read} runs read, {n} identical duplicate{'' if n == 1 else 's'} counted once. "
             f"Intervals: percentile bootstrap over tasks, {b.resamples} resamples, seed {b.seed}, "
-            f"{100 * b.level:g}% level. Scores in %; differences in percentage points.")
+            f"{100 * b.level:g}% level. Scores in %; differences and spreads in percentage points (pp).")
 
 
 def leaderboard_md(report: Report) -> str:
     """leaderboard.md: the headline table, then the matched panel, labelled as the robustness check."""
     return ("# WildTrace leaderboard\n\n" + _method(report) + "\n\n`overall` is the All view (every task, "
-            "failed / out-of-context / unscored as 0); `scored` is the mean over scored tasks.\n\n"
+            "failed / out-of-context / unscored as 0); `scored` is the mean over scored tasks; both in %, "
+            "each with its 95% bootstrap interval (`_ci_low`, `_ci_high`, %). `n_runs` replicates make a row; "
+            "`overall_sd` (pp), `overall_min` and `overall_max` (%) are their spread. `n_scored`, "
+            "`n_out_of_context`, `n_failed`, `n_tasks` count tasks (a replicate mean when they differ).\n\n"
             + markdown(report.leaderboard) + "\n## Matched panel — robustness check (spec §5), not the headline\n\n"
             + markdown(report.matched))
 
@@ -185,15 +280,25 @@ def _img(png: bytes | None, alt: str) -> str:
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}">'
 
 
-def _table(frame: pd.DataFrame) -> str:
+def _words(column: Any) -> str:
+    name = str(column)
+    if name in WORDS:
+        return WORDS[name]
+    return f"{name[len('points_'):]}: mean points" if name.startswith("points_") else name
+
+
+def _table(frame: pd.DataFrame, empty: str = "(none)") -> str:
     if frame.empty:
-        return "<p><em>(none)</em></p>"
+        return f"<p><em>{html.escape(empty)}</em></p>"
     shown = frame.map(_cell) if hasattr(frame, "map") else frame.applymap(_cell)
+    shown = shown.rename(columns=_words)
     return shown.to_html(index=False, escape=True, border=0)
 
 
+# overflow-wrap:anywhere lets provenance's run ids and panel strings wrap, so it fits a 1400 px window.
 CSS = ("body{font-family:sans-serif;margin:2em;max-width:1300px}table{border-collapse:collapse;margin:1em 0;"
-       "font-size:13px}td,th{border:1px solid #ccc;padding:3px 7px;text-align:left}th{background:#eee}"
+       "font-size:13px;max-width:100%}td,th{border:1px solid #ccc;padding:3px 7px;text-align:left}"
+       "#provenance td{overflow-wrap:anywhere}th{background:#eee}"
        "img{max-width:100%;display:block;margin:1em 0}section{margin-bottom:2.5em}")
 
 
@@ -206,36 +311,143 @@ def leaderboard_view(board: pd.DataFrame) -> pd.DataFrame:
     if board.empty:
         return board
     view = board[["model", "panel", "release", "run_date"]].copy()
-    view["overall (All)"] = board["overall"]
-    view["overall 95% CI"] = [_interval(lo, hi) for lo, hi in zip(board["overall_ci_low"], board["overall_ci_high"])]
-    view["scored"] = board["scored"]
-    view["scored 95% CI"] = [_interval(lo, hi) for lo, hi in zip(board["scored_ci_low"], board["scored_ci_high"])]
-    view["runs"] = board["n_runs"]
-    view["sd"] = board["overall_sd"]
-    view["range"] = [_interval(lo, hi) if n > 1 else "—" for lo, hi, n in
-                     zip(board["overall_min"], board["overall_max"], board["n_runs"])]
+    view["overall: All view (%)"] = board["overall"]
+    view["overall 95% CI (%)"] = [_interval(lo, hi) for lo, hi in zip(board["overall_ci_low"], board["overall_ci_high"])]
+    view["Scored view (%)"] = board["scored"]
+    view["scored 95% CI (%)"] = [_interval(lo, hi) for lo, hi in zip(board["scored_ci_low"], board["scored_ci_high"])]
+    view["runs (n)"] = board["n_runs"]
+    view["sd across runs (pp)"] = board["overall_sd"]
+    view["range across runs (%)"] = [_interval(lo, hi) if n > 1 else "—" for lo, hi, n in
+                                     zip(board["overall_min"], board["overall_max"], board["n_runs"])]
     for column in ("n_scored", "n_out_of_context", "n_failed", "n_tasks"):
         view[column] = board[column]
+    if "cost_usd" in board:  # USD the outcomes cost, and per point of the All view ("—" when unknown)
+        view["cost USD"] = [_usd(v) for v in board["cost_usd"]]
+        view["USD / point"] = [_usd(v) for v in board["usd_per_point"]]
     return view
+
+
+def _usd(value: Any) -> str:
+    return "—" if value is None or value != value else f"{value:,.4f}" if value < 1 else f"{value:,.2f}"
+
+
+def _judge_agreement_html(report: Report, pngs: dict[str, bytes]) -> str:
+    """Between judges, then each judge against itself, each with how to read it."""
+    agreement = report.agreement
+    judges, pairs = agreement_frames(agreement)
+    alpha = agreement.get("krippendorff_alpha_interval")
+    silent = judges[judges["n_graded"] == 0] if len(judges) else judges
+    shown_judges = judges[judges["n_graded"] > 0] if len(judges) else judges
+    shown_pairs = pairs[pairs["n_both"] > 0] if len(pairs) else pairs
+    notes = "".join(f"<li>{html.escape(str(r.judge))}: no verdict — all {r.n_unavailable} calls unavailable "
+                    f"({r.n_parse_failures} parse failures, {r.n_call_failures} call failures)</li>"
+                    for r in silent.itertuples(index=False))
+    intra = intra_rater_frame(agreement)
+    flips = _rates_in_pct(report.item_flips[report.item_flips["flip_rate"] > 0].head(20)) \
+        if len(report.item_flips) else report.item_flips
+    return (f"<p>Between judges: pooled over {agreement.get('n_runs', 0)} runs, {agreement.get('n_units', 0)} "
+            f"(run, task) units. Krippendorff's alpha (interval): <b>{_cell(alpha)}</b>, "
+            f"{html.escape(interpretation(alpha))}. Krippendorff's thresholds: ≥ 0.8 reliable, ≥ 0.667 tentative, "
+            "below that not to be relied on.</p>"
+            "<p>Bias vs panel mean: the judge's score minus the mean of the judges on the same task. Unavailable "
+            "calls (a reply with no usable total is a parse failure; no reply at all a call failure) stay in the "
+            "denominator of the unavailable share.</p>"
+            + _table(shown_judges) + (f"<ul>{notes}</ul>" if notes else "")
+            + "<p>Pairs never graded together are not shown.</p>" * bool(len(pairs) - len(shown_pairs))
+            + _table(shown_pairs) + _img(pngs.get("judge_agreement.png"), "judge agreement heatmap")
+            + "<h3>Each judge against itself (intra-rater)</h3><p>The same answer bytes graded again "
+              "(<code>judge_panel.replicate</code>): alpha across a judge's replicates, the share of answers whose "
+              "score changed, the mean change between two gradings and the largest, and the share of rubric "
+              "items whose points flipped. Read alpha as above (≥ 0.8 reliable, ≥ 0.667 tentative).</p>"
+            + _table(intra, "(no judge replicate: run the same answers with judge_panel.replicate=1,2)")
+            + ("<h4>Rubric items that flip most between replicates (top 20)</h4>" + _table(flips)
+               if len(flips) else ""))
+
+
+#: Criterion text shown on the page (the CSVs keep it whole).
+CRITERION_CHARS = 160
+
+
+def _rates_in_pct(frame: pd.DataFrame) -> pd.DataFrame:
+    """A table for the page: *_rate columns (0–1) as *_pct, long criteria cut."""
+    out = frame.copy()
+    for column in [c for c in out.columns if c.endswith("_rate")]:
+        out[column[:-len("_rate")] + "_pct"] = 100.0 * out.pop(column).astype(float)
+    if "criterion" in out:
+        out["criterion"] = [c if not isinstance(c, str) or len(c) <= CRITERION_CHARS else c[:CRITERION_CHARS] + "…"
+                            for c in out["criterion"]]
+    return out
+
+
+def _signed(low: Any, high: Any) -> str:
+    """A difference's interval, signs shown: "−1.20 to +3.40"."""
+    if low is None or high is None or low != low or high != high:
+        return "—"
+    return f"{low:+.2f} to {high:+.2f}".replace("-", "−")
+
+
+def gaps_view(frame: pd.DataFrame) -> pd.DataFrame:
+    """comparisons or gaps for the page (it must fit 1400 px): each interval in one column, the
+    within-noise flag as its words, the judges' drift last."""
+    if frame.empty:
+        return frame
+    out = frame.copy()
+    if "noise_ci_low_pp" in out:  # comparisons: the task-only interval beside the one with replicates
+        out["95% CI, tasks only (pp)"] = [_signed(lo, hi) for lo, hi in zip(out["ci_low_pp"], out["ci_high_pp"])]
+        low, high = "noise_ci_low_pp", "noise_ci_high_pp"
+    else:
+        low, high = "ci_low_pp", "ci_high_pp"
+    out["95% CI, tasks and replicates (pp)"] = [_signed(lo, hi) for lo, hi in zip(out[low], out[high])]
+    out = out.drop(columns=[c for c in ("ci_low_pp", "ci_high_pp", "noise_ci_low_pp", "noise_ci_high_pp",
+                                        "within_noise") if c in out])
+    last = [c for c in ("noise", "judge_drift") if c in out]
+    return out[[c for c in out.columns if c not in last] + last]
+
+
+def _gap_words(frame: pd.DataFrame) -> str:
+    if frame.empty:
+        return ""
+    within = sum(value is True or value is np.True_ for value in frame["within_noise"])  # None is neither
+    return (f"<p>{within} of {len(frame)} within noise: the interval from resampling the tasks and, where "
+            "a row has them, its replicates holds 0, so the difference may be task sampling and judge (or "
+            "answer) noise alone. <em>against noise</em> says which noise was measured.</p>")
 
 
 def page(report: Report, pngs: dict[str, bytes]) -> str:
     """report.html: every section by id, tables and plots inline, nothing fetched."""
-    judges, pairs = agreement_frames(report.agreement)
-    alpha = report.agreement.get("krippendorff_alpha_interval")
+    replicates = report.replicates.copy()
+    if len(replicates):
+        replicates["task_sd_mean_pp"] = 100.0 * replicates.pop("task_sd_mean")
+        replicates["task_range_max_pp"] = 100.0 * replicates.pop("task_range_max")
     body = {
         "leaderboard": _table(leaderboard_view(report.leaderboard)) + _img(pngs.get("leaderboard.png"), "leaderboard"),
         "matched-panel": "<p>Each row's mean over the tasks every row scored. It drops the long-context "
                          "failures the All view counts: a robustness check only.</p>" + _table(report.matched),
         "paradigms-tiers": "<h3>By paradigm</h3>" + _table(report.paradigms) + "<h3>By context tier</h3>"
                            + _table(report.tiers) + _img(pngs.get("tiers.png"), "score by context tier"),
-        "judge-agreement": f"<p>Pooled over {report.agreement.get('n_runs', 0)} runs, "
-                           f"{report.agreement.get('n_units', 0)} (run, task) units. Krippendorff's alpha "
-                           f"(interval): <b>{_cell(alpha)}</b>.</p>" + _table(judges) + _table(pairs)
-                           + _img(pngs.get("judge_agreement.png"), "judge agreement heatmap"),
-        "replicates": _table(report.replicates) + _img(pngs.get("replicates.png"), "replicate spread"),
+        "judge-agreement": _judge_agreement_html(report, pngs),
+        "judge-splits": "<p>Rubric items where the judges of one run gave different points to the same answer, "
+                        "most often first (top 20): each judge's mean points for the item.</p>"
+                        + _table(_rates_in_pct(report.splits), "(no per-item points: judgments.json not read, or the judges "
+                                                "never split)"),
+        "replicates": _table(replicates) + _img(pngs.get("replicates.png"), "replicate spread"),
+        "noise": "<p>For each row with replicates: the standard deviation of its overall score (pp) from task "
+                 "sampling (bootstrap over tasks), answer sampling (decoding replicates) and judge sampling (judge "
+                 "replicates), a nested design (docs/report-noise.md). A source that cannot be told apart from "
+                 "another is not estimable and says why. These are the spreads of the row's score, the mean of "
+                 "its runs: one run's judge spread is √(runs) times larger. #replicates' sd across runs measures "
+                 "that directly, but from a few runs it is itself rough.</p>"
+                 + _table(noise_frame(report.noise), "(no row with replicates)")
+                 + _img(pngs.get("noise.png"), "variance by source"),
+        "gaps": "<p>Each pair of neighbouring leaderboard rows: upper − lower over the tasks both ran, with a 95% "
+                "interval from a paired bootstrap over tasks that also resamples each row's replicates.</p>"
+                + _gap_words(report.gaps) + _table(gaps_view(report.gaps), "(fewer than two rows)"),
         "comparisons": "<p>Pairs of rows that differ in exactly one setting; diff = b − a over the tasks "
-                       "both ran (All view, percentage points).</p>" + _table(report.comparisons),
+                       "both ran (All view, percentage points). The first interval resamples tasks only; the one "
+                       "with replicates also resamples each row's answer sets and gradings, and decides "
+                       "<em>against noise</em>. <em>judges differ in</em> names a change of served model, route, "
+                       "settings or prompt digest between the runs compared.</p>"
+                       + _gap_words(report.comparisons) + _table(gaps_view(report.comparisons)),
         "provenance": _table(report.provenance),
     }
     sections = "".join(f'<section id="{sid}"><h2>{html.escape(title)}</h2>{body[sid]}</section>'
@@ -259,9 +471,12 @@ def write(report: Report, out_dir: Path) -> list[Path]:
     (out_dir / "leaderboard.md").write_text(leaderboard_md(report), encoding="utf-8")
     (out_dir / "judge_agreement.json").write_text(json.dumps(report.agreement, indent=2, default=_json_default),
                                                   encoding="utf-8")
+    (out_dir / "noise.json").write_text(json.dumps({"rows": report.noise}, indent=2, default=_json_default),
+                                        encoding="utf-8")
     pngs = plots(report)
     for name, data in pngs.items():
         (out_dir / name).write_bytes(data)
     (out_dir / "report.html").write_text(page(report, pngs), encoding="utf-8")
-    written += [out_dir / "leaderboard.md", out_dir / "judge_agreement.json", out_dir / "report.html"]
+    written += [out_dir / "leaderboard.md", out_dir / "judge_agreement.json", out_dir / "noise.json",
+                out_dir / "report.html"]
     return written + [out_dir / name for name in pngs]

@@ -1,6 +1,7 @@
 """Where the report's runs come from: an MLflow store, or run directories on disk.
 
-Both give RunData from the same four files a job writes. Sweep parents (tag
+Both give RunData from the same files a job writes (judgments.json only as the per-item
+points and rubric criteria the noise tables need). Sweep parents (tag
 ``wildtrace.sweep=parent``), reports (``wildtrace.kind=report``) and runs without
 scores.json (stage=answer) are not benchmark runs and are skipped, each with a reason.
 """
@@ -11,17 +12,19 @@ import glob
 import json
 import logging
 import os
+import re
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from wildtrace.core.prompts import JUDGE_RESPONSE, JUDGE_RUBRIC
 from wildtrace.report.tables import RunData
 
 log = logging.getLogger(__name__)
 
 #: The files a run writes that the report reads (responses.json is optional).
-FILES = ("config.json", "run_stats.json", "scores.json", "responses.json")
+FILES = ("config.json", "run_stats.json", "scores.json", "responses.json", "judgments.json")
 NOT_BENCHMARK = {"wildtrace.sweep": "parent", "wildtrace.kind": "report"}
 #: A run file larger than this is not read (a report must not be made to load anything).
 MAX_FILE_BYTES = 512 * 1024 * 1024
@@ -62,15 +65,66 @@ def malformed(config: Any, scores: Any) -> str | None:
     return None
 
 
-def _from_files(run_id: str, source: str, folder: Path, with_responses: bool) -> RunData | None:
+#: A rubric line of the judge prompt: ``P{i} ({points}pts): {criterion}`` (core.prompts.rubric_lines).
+_RUBRIC_LINE = re.compile(r"^P(\d{1,4}) \([^)\n]{1,40}pts\): (.*)$")
+
+
+def rubric_of(prompt: Any) -> list[str]:
+    """The criteria of a judge prompt, in order ([] when it is not one): read for display only."""
+    if not isinstance(prompt, str):
+        return []
+    _, sep, rest = prompt.partition(JUDGE_RUBRIC)
+    rubric, sep2, _ = rest.partition(JUDGE_RESPONSE)
+    if not sep or not sep2:
+        return []
+    out = []
+    for line in rubric.splitlines():
+        match = _RUBRIC_LINE.match(line)
+        if match and int(match.group(1)) == len(out) + 1:
+            out.append(match.group(2))
+    return out
+
+
+def _points(parsed: Any) -> list[float] | None:
+    """points_awarded as numbers, or None when the reply has no such list."""
+    points = parsed.get("points_awarded") if isinstance(parsed, dict) else None
+    if not isinstance(points, list) or not all(_number_or_none(p) and p is not None for p in points):
+        return None
+    return [float(p) for p in points]
+
+
+def slim_judgments(rows: Any) -> tuple[list[dict], dict[str, list[str]]]:
+    """judgments.json reduced to what the report reads: (question_id, judge, status, points) rows
+    and each task's rubric criteria (from the first prompt that has them). Bad rows are dropped."""
+    if not isinstance(rows, list):
+        return [], {}
+    slim, rubrics = [], {}
+    for row in rows:
+        if not isinstance(row, dict) or not isinstance(row.get("question_id"), str) \
+                or not isinstance(row.get("judge"), str):
+            continue
+        qid = row["question_id"]
+        slim.append({"question_id": qid, "judge": row["judge"], "status": row.get("status"),
+                     "points": _points(row.get("parsed"))})
+        if qid not in rubrics:
+            criteria = rubric_of(row.get("prompt"))
+            if criteria:
+                rubrics[qid] = criteria
+    return slim, rubrics
+
+
+def _from_files(run_id: str, source: str, folder: Path, with_responses: bool,
+                with_judgments: bool = True) -> RunData | None:
     config, stats, scores = (_read_json(folder / name) for name in FILES[:3])
     reason = malformed(config, scores)
     if reason:
         log.warning("report: %s: %s; skipped", run_id, reason)
         return None
     responses = _read_json(folder / "responses.json") if with_responses else None
+    judgments, rubrics = slim_judgments(_read_json(folder / "judgments.json")) if with_judgments else ([], {})
     return RunData(run_id=run_id, source=source, config=config, stats=stats if isinstance(stats, dict) else {},
-                   scores=scores, responses=responses if isinstance(responses, list) else None)
+                   scores=scores, responses=responses if isinstance(responses, list) else None,
+                   judgments=judgments or None, rubrics=rubrics)
 
 
 def expand(patterns: Sequence[str]) -> list[Path]:
@@ -87,13 +141,14 @@ def expand(patterns: Sequence[str]) -> list[Path]:
     return list(found)
 
 
-def from_run_dirs(patterns: Sequence[str], with_responses: bool = True) -> list[RunData]:
+def from_run_dirs(patterns: Sequence[str], with_responses: bool = True,
+                  with_judgments: bool = True) -> list[RunData]:
     """RunData for every judged run directory the patterns name; the id is the MLflow run id if logged."""
     runs = []
     for folder in expand(patterns):
         marker = _read_json(folder / "mlflow.json")
         run_id = marker.get("run_id") if isinstance(marker, dict) and marker.get("run_id") else str(folder)
-        run = _from_files(str(run_id), "run_dir", folder, with_responses)
+        run = _from_files(str(run_id), "run_dir", folder, with_responses, with_judgments)
         if run is not None:
             runs.append(run)
     return runs
@@ -104,7 +159,7 @@ def _is_benchmark(tags: dict[str, str]) -> bool:
 
 
 def from_mlflow(tracking_uri: str, experiment: str, filter_string: str = "", max_runs: int = 1000,
-                with_responses: bool = True) -> list[RunData]:
+                with_responses: bool = True, with_judgments: bool = True) -> list[RunData]:
     """Finished benchmark runs of ``experiment`` matching ``filter_string`` (MLflow's search
     syntax on params/tags/metrics), their run files downloaded as artifacts."""
     # One progress bar per downloaded file would bury the report's output.
@@ -123,12 +178,13 @@ def from_mlflow(tracking_uri: str, experiment: str, filter_string: str = "", max
         if mlrun.info.status != "FINISHED" or not _is_benchmark(mlrun.data.tags):
             continue
         with tempfile.TemporaryDirectory(prefix="wildtrace-report-") as tmp:
-            names = FILES if with_responses else FILES[:3]
+            names = [*FILES[:3], *(["responses.json"] if with_responses else []),
+                     *(["judgments.json"] if with_judgments else [])]
             present = {a.path for a in client.list_artifacts(mlrun.info.run_id)}
             for name in names:
                 if name in present:
                     client.download_artifacts(mlrun.info.run_id, name, tmp)
-            run = _from_files(mlrun.info.run_id, "mlflow", Path(tmp), with_responses)
+            run = _from_files(mlrun.info.run_id, "mlflow", Path(tmp), with_responses, with_judgments)
         if run is not None:
             runs.append(run)
     return runs

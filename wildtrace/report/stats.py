@@ -69,6 +69,11 @@ def _bootstrap(matrix: np.ndarray, boot: Bootstrap, statistic: Callable[[np.ndar
     return np.concatenate([statistic(m[idx[i:i + CHUNK]]) for i in range(0, boot.resamples, CHUNK)])
 
 
+def percentile_interval(values: np.ndarray, level: float) -> tuple[float | None, float | None]:
+    """The two-sided percentile interval of some bootstrap draws (non-finite draws left out)."""
+    return _percentiles(values, level)
+
+
 def _percentiles(values: np.ndarray, level: float) -> tuple[float | None, float | None]:
     finite = values[np.isfinite(values)]
     if not len(finite):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +21,7 @@ import pandas as pd
 
 from wildtrace.core import records as R
 from wildtrace.core import views
-from wildtrace.report import stats
+from wildtrace.report import noise, stats
 from wildtrace.report.stats import Bootstrap
 
 #: Config keys that name where or when a run happened, not what it did.
@@ -40,6 +40,9 @@ class RunData:
     stats: dict  #: run_stats.json
     scores: dict  #: scores.json (headline, counts, a row per task with each judge's verdict)
     responses: list[dict] | None = None  #: responses.json rows, when read
+    #: judgments.json slimmed (sources.slim_judgments): question_id, judge, status, points per rubric item
+    judgments: list[dict] | None = None
+    rubrics: dict[str, list[str]] = field(default_factory=dict)  #: question_id → rubric criteria, when read
     #: tasks_of's result, kept: every table needs it and core.views.task_scores is not cheap
     tasks_cache: pd.DataFrame | None = field(default=None, repr=False, compare=False)
 
@@ -222,6 +225,16 @@ def _counts(run: RunData) -> dict[str, int]:
             "n_out_of_context": int(statuses.get(R.OUT_OF_CONTEXT, 0)), "n_failed": int(statuses.get(R.FAILED, 0))}
 
 
+def cost_columns(runs: Sequence[RunData], overall: float | None) -> dict[str, float | None]:
+    """USD a run's outcomes cost (paid, or paid earlier when cached; mean over replicates) and USD per point
+    of the All view. Unknown (a price missing, or runs from before costs were recorded) stays None."""
+    costs = [(r.stats.get("cost") or {}).get("results_usd") for r in runs]
+    if not costs or any(c is None for c in costs):
+        return {"cost_usd": None, "usd_per_point": None}
+    cost = float(np.mean(costs))
+    return {"cost_usd": cost, "usd_per_point": cost / overall if overall else None}
+
+
 def _count(value: float) -> int | float:
     """A count averaged over replicates: whole when they agree (the usual case), else the mean."""
     return int(value) if float(value).is_integer() else float(value)
@@ -252,6 +265,7 @@ def leaderboard(groups: Sequence[Group], boot: Bootstrap = Bootstrap()) -> pd.Da
             "scored": sc["mean"], "scored_ci_low": _pct(slo), "scored_ci_high": _pct(shi),
             "n_runs": len(g.runs), "overall_sd": o["sd"], "overall_min": o["min"], "overall_max": o["max"],
             **{k: _count(counts[k]) for k in ("n_scored", "n_out_of_context", "n_failed", "n_tasks")},
+            **cost_columns(g.runs, o["mean"]),
         })
     frame = pd.DataFrame(rows)
     return frame.sort_values("overall", ascending=False, kind="stable").reset_index(drop=True) if len(frame) else frame
@@ -404,6 +418,221 @@ def provenance(groups: Sequence[Group], duplicates: dict[str, str]) -> pd.DataFr
     return pd.DataFrame(rows)
 
 
+# --------------------------------------------------------------------------- judge noise (issue 16)
+#: Judge reasons that mean the reply came back but held no usable total (core.judging).
+PARSE_FAILURES = ("empty_reply", "no_numeric_total")
+
+
+def _answers_key(run: RunData) -> str:
+    """Hash of what produced the run's answers: the config without the judge panel (the decoding
+    replicate kept, so each answer set is its own)."""
+    c = _comparable_config(run)
+    c.pop("judge_panel", None)
+    return _sha(c)
+
+
+def _judge_key(run: RunData, judge: str) -> str:
+    """Hash of one judge's own settings: its endpoint and the panel's sampling (not its fellow judges)."""
+    panel = run.config.get("judge_panel", {})
+    return _sha({"judge": (panel.get("judges") or {}).get(judge), "temperature": panel.get("temperature"),
+                 "max_tokens": panel.get("max_tokens")})
+
+
+def _answer_shas(run: RunData) -> dict[str, str]:
+    """question_id → sha256 of the answer text, where responses.json was read (the answer bytes)."""
+    return {r["question_id"]: hashlib.sha256(r["response"].encode("utf-8")).hexdigest()[:16]
+            for r in run.responses or [] if isinstance(r, dict) and isinstance(r.get("question_id"), str)
+            and isinstance(r.get("response"), str)}
+
+
+def _unit_keys(run: RunData) -> Callable[[str, str], str]:
+    """(judge, question_id) → the unit: the same answer bytes graded by the same judge with the
+    same settings. The run's hashes are taken once (a release's worth of rows would rehash them)."""
+    answers, shas, judges = _answers_key(run)[:16], _answer_shas(run), {}
+
+    def unit(judge: str, qid: str) -> str:
+        if judge not in judges:
+            judges[judge] = _judge_key(run, judge)[:16]
+        return f"{answers}/{judges[judge]}/{qid}/{shas.get(qid, '')}"
+    return unit
+
+
+def judge_replicate_frames(runs: Sequence[RunData]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Long frames for intra-rater reliability: (unit, judge, replicate, score) from scores.json and
+    (unit, judge, replicate, question_id, item, points) from judgments.json where it was read.
+    A run repeating another's (unit, judge, replicate) — an ablation graded from the cache — counts once."""
+    scores, items = [], []
+    for run in runs:
+        rep = run.config["judge_panel"].get("replicate", 0)
+        unit = _unit_keys(run)
+        for t in run.scores.get("tasks", []):
+            for judge, v in (t.get("judges") or {}).items():
+                score = v.get("score") if v.get("status") == R.JUDGED else None
+                scores.append({noise.UNIT: unit(judge, t["question_id"]), noise.JUDGE: judge,
+                               noise.REPLICATE: rep, noise.SCORE: np.nan if score is None else float(score)})
+        for j in run.judgments or []:
+            if j.get("status") == R.JUDGED and j.get("points"):
+                key = unit(j["judge"], j["question_id"])
+                items += [{noise.UNIT: key, noise.JUDGE: j["judge"], noise.REPLICATE: rep,
+                           noise.QID: j["question_id"], noise.ITEM: k, noise.POINTS: p}
+                          for k, p in enumerate(j["points"], start=1)]
+    keys = [noise.UNIT, noise.JUDGE, noise.REPLICATE]
+    score_frame = pd.DataFrame(scores, columns=[*keys, noise.SCORE]).drop_duplicates(keys)
+    item_frame = pd.DataFrame(items, columns=[*keys, noise.QID, noise.ITEM, noise.POINTS]) \
+        .drop_duplicates([*keys, noise.ITEM])
+    return score_frame, item_frame
+
+
+def criteria_of(runs: Iterable[RunData]) -> dict[str, list[str]]:
+    """question_id → rubric criteria, from the first run that has them."""
+    out: dict[str, list[str]] = {}
+    for run in runs:
+        for qid, criteria in run.rubrics.items():
+            out.setdefault(qid, criteria)
+    return out
+
+
+def judge_failures(runs: Sequence[RunData]) -> dict[str, dict[str, int]]:
+    """Per judge: calls, and the unavailable ones split into parse failures (a reply with no
+    usable total) and call failures (no reply: HTTP, transport, refusal …). All stay in the
+    denominator of unavailable_rate."""
+    out: dict[str, dict[str, int]] = {}
+    for run in runs:
+        for t in run.scores.get("tasks", []):
+            for judge, v in (t.get("judges") or {}).items():
+                row = out.setdefault(judge, {"n_calls": 0, "n_parse_failures": 0, "n_call_failures": 0})
+                row["n_calls"] += 1
+                if v.get("status") != R.JUDGED:
+                    row["n_parse_failures" if v.get("reason") in PARSE_FAILURES else "n_call_failures"] += 1
+    return out
+
+
+def with_judge_noise(agreement: dict[str, Any], runs: Sequence[RunData]) -> tuple[dict[str, Any], pd.DataFrame]:
+    """judge_agreement plus each judge against itself ("intra_rater", "intra_rater_items") and
+    its failure counts; and the per-item flip table."""
+    scores, items = judge_replicate_frames(runs)
+    per_item, flips = noise.item_flips(items, criteria_of(runs))
+    for judge, counts in judge_failures(runs).items():
+        if judge in agreement.get("judges", {}):
+            agreement["judges"][judge].update(counts)
+    return {**agreement, "intra_rater": noise.intra_rater(scores), "intra_rater_items": per_item}, flips
+
+
+def judge_splits(runs: Sequence[RunData], top: int = 20) -> pd.DataFrame:
+    """The rubric items the panel splits on most (a unit = one run's grading of one task)."""
+    rows = [{noise.UNIT: f"{run.run_id}/{j['question_id']}", noise.JUDGE: j["judge"], noise.QID: j["question_id"],
+             noise.ITEM: k, noise.POINTS: p}
+            for run in runs for j in run.judgments or [] if j.get("status") == R.JUDGED and j.get("points")
+            for k, p in enumerate(j["points"], start=1)]
+    frame = pd.DataFrame(rows, columns=[noise.UNIT, noise.JUDGE, noise.QID, noise.ITEM, noise.POINTS])
+    return noise.judge_splits(frame, criteria_of(runs), top)
+
+
+def _answer_ids(g: Group) -> list[int]:
+    return [setting(r)["replicate_decoding"] for r in g.runs]
+
+
+def noise_rows(groups: Sequence[Group], boot: Bootstrap = Bootstrap()) -> list[dict]:
+    """noise.json's rows: for each row with replicates, the sd (pp) of its overall from tasks,
+    answers and judges, with the reason for any that cannot be told apart."""
+    rows = []
+    for g in groups:
+        if len(g.runs) < 2:
+            continue
+        part = noise.decompose(task_matrix(g).fillna(0.0).to_numpy(), _answer_ids(g), boot)
+        rows.append({"model": g.label, "sd_pp": noise.sd_pp(part["var"]),
+                     "n_answer_replicates": part["n_answer_replicates"],
+                     "n_judge_replicates": part["n_judge_replicates"], "not_estimable": part["notes"]})
+    return rows
+
+
+def judge_identity(run: RunData) -> dict[str, Any]:
+    """What a judge's verdicts depend on besides the answer: per judge its route, served model(s)
+    and settings, and the judge prompt's digest."""
+    panel = run.config.get("judge_panel", {})
+    served = run.stats.get("served_models") or {}
+    judges = {}
+    for label, spec in (panel.get("judges") or {}).items():
+        spec = spec if isinstance(spec, dict) else {}
+        judges[label] = {"route": spec.get("route"), "served": ",".join(map(str, served.get(label) or [])),
+                         "settings": _sha({**{k: v for k, v in spec.items() if k not in ("route", "name")},
+                                           "temperature": panel.get("temperature"),
+                                           "max_tokens": panel.get("max_tokens")})}
+    return {"judges": judges, "prompt": run.stats.get("prompts_sha256")}
+
+
+def drift(a: Group, b: Group) -> str:
+    """How the judges of two rows (or of the runs within either) differ other than by membership:
+    served model, route, settings, prompt digest. "" when they do not."""
+    found: list[str] = []
+    ids = [judge_identity(r) for r in a.runs + b.runs]
+    prompts = {i["prompt"] for i in ids if i["prompt"]}
+    if len(prompts) > 1:
+        found.append("judge prompt digest")
+    shared = set.intersection(*(set(i["judges"]) for i in ids)) if ids else set()
+    for judge in sorted(shared):
+        for key, words in (("served", "served model"), ("route", "route"), ("settings", "settings")):
+            values = {i["judges"][judge][key] for i in ids if i["judges"][judge][key] not in (None, "")}
+            if len(values) > 1:
+                found.append(f"{words} of {judge} ({' vs '.join(sorted(map(str, values)))})"
+                             if key != "settings" else f"{words} of {judge}")
+    return "; ".join(found)
+
+
+def with_replicate_drift(groups: Sequence[Group], summary: pd.DataFrame) -> pd.DataFrame:
+    """replicates plus judge_drift: how the judges of one row's runs differ (a served model that
+    moved between reruns, say), "" when they do not."""
+    if summary.empty:
+        return summary
+    by_label = {g.label: g for g in groups}
+    out = summary.copy()
+    out["judge_drift"] = [drift(by_label[m], by_label[m]) for m in out["model"]]
+    return out
+
+
+def _paired_noise(a: Group, b: Group, boot: Bootstrap) -> dict:
+    """noise.noisy_difference over the tasks both rows ran (b − a)."""
+    ma, mb = task_matrix(a).fillna(0.0), task_matrix(b).fillna(0.0)
+    common = ma.index.intersection(mb.index)
+    d = noise.noisy_difference(ma.loc[common].to_numpy(), _answer_ids(a), mb.loc[common].to_numpy(),
+                               _answer_ids(b), boot)
+    judged = any(len(s) > 1 for g in (a, b) for s in noise.answer_sets(_answer_ids(g)))
+    answered = any(len(set(_answer_ids(g))) > 1 for g in (a, b))
+    return {**d, "words": noise.noise_words(d["within_noise"], judged, answered), "drift": drift(a, b)}
+
+
+def mark_noise(groups: Sequence[Group], frame: pd.DataFrame, boot: Bootstrap = Bootstrap()) -> pd.DataFrame:
+    """comparisons plus within_noise: does b − a hold once the replicates are resampled too?"""
+    if frame.empty:
+        return frame
+    by_label = {g.label: g for g in groups}
+    marks = [_paired_noise(by_label[a], by_label[b], boot) for a, b in zip(frame["a"], frame["b"])]
+    out = frame.copy()
+    out["noise_ci_low_pp"] = [_pct(m["ci_low"]) for m in marks]
+    out["noise_ci_high_pp"] = [_pct(m["ci_high"]) for m in marks]
+    out["within_noise"] = [m["within_noise"] for m in marks]
+    out["noise"] = [m["words"] for m in marks]
+    out["judge_drift"] = [m["drift"] for m in marks]
+    return out
+
+
+def leaderboard_gaps(groups: Sequence[Group], board: pd.DataFrame, boot: Bootstrap = Bootstrap()) -> pd.DataFrame:
+    """Each pair of adjacent leaderboard rows: upper − lower over the tasks both ran, with the
+    interval from resampling tasks and replicates, and whether the gap is within noise."""
+    columns = ["rank", "upper", "lower", "gap_pp", "ci_low_pp", "ci_high_pp", "n_tasks", "within_noise", "noise",
+               "judge_drift"]
+    if len(board) < 2:
+        return pd.DataFrame(columns=columns)
+    by_label = {g.label: g for g in groups}
+    rows = []
+    for rank, (upper, lower) in enumerate(zip(board["model"], board["model"].iloc[1:]), start=1):
+        m = _paired_noise(by_label[lower], by_label[upper], boot)
+        rows.append({"rank": rank, "upper": upper, "lower": lower, "gap_pp": _pct(m["mean_diff"]),
+                     "ci_low_pp": _pct(m["ci_low"]), "ci_high_pp": _pct(m["ci_high"]), "n_tasks": m["n"],
+                     "within_noise": m["within_noise"], "noise": m["words"], "judge_drift": m["drift"]})
+    return pd.DataFrame(rows, columns=columns)
+
+
 @dataclass
 class Report:
     """Every table of one report."""
@@ -420,6 +649,12 @@ class Report:
     boot: Bootstrap
     n_runs_read: int
     duplicates: dict[str, str] = field(default_factory=dict)
+    #: noise.json rows: each replicated row's sd (pp) from tasks, answers and judges
+    noise: list[dict] = field(default_factory=list)
+    #: adjacent leaderboard rows: the gap, its interval with replicates resampled, within noise or not
+    gaps: pd.DataFrame = field(default_factory=pd.DataFrame)
+    item_flips: pd.DataFrame = field(default_factory=pd.DataFrame)  #: per (judge, task, rubric item) flip rate
+    splits: pd.DataFrame = field(default_factory=pd.DataFrame)  #: the rubric items the panel disagrees on most
 
 
 def build(runs: Sequence[RunData], boot: Bootstrap = Bootstrap()) -> Report:
@@ -427,8 +662,13 @@ def build(runs: Sequence[RunData], boot: Bootstrap = Bootstrap()) -> Report:
     kept, duplicates = dedupe(runs)
     groups = group_runs(kept)
     reps, rep_tasks = replicates(groups)
-    return Report(leaderboard=leaderboard(groups, boot), matched=matched(groups),
+    reps = with_replicate_drift(groups, reps)
+    agreement, flips = with_judge_noise(judge_agreement(kept), kept)
+    board = leaderboard(groups, boot)
+    return Report(leaderboard=board, matched=matched(groups),
                   paradigms=breakdowns(groups, views.PARADIGM), tiers=breakdowns(groups, views.TIER),
-                  agreement=judge_agreement(kept), replicates=reps, replicate_tasks=rep_tasks,
-                  comparisons=comparisons(groups, boot), provenance=provenance(groups, duplicates), boot=boot,
-                  n_runs_read=len(runs), duplicates=duplicates)
+                  agreement=agreement, replicates=reps, replicate_tasks=rep_tasks,
+                  comparisons=mark_noise(groups, comparisons(groups, boot), boot),
+                  provenance=provenance(groups, duplicates), boot=boot,
+                  n_runs_read=len(runs), duplicates=duplicates, noise=noise_rows(groups, boot),
+                  gaps=leaderboard_gaps(groups, board, boot), item_flips=flips, splits=judge_splits(kept))

@@ -8,6 +8,13 @@ switching ``stream`` pays nothing twice. Files are written to a temporary name a
 into place, so a kill -9 leaves either the whole outcome or nothing; several processes can
 share one cache directory, and a call in flight in one of them is waited for by the others
 (a lock file per request key) instead of being paid again.
+
+A cache that stops taking writes mid-run (a disk that fills, a folder replaced or gone)
+loses nothing: an outcome it cannot store is appended to the run directory's journal
+(``uncached.jsonl``, one cache entry a line, fsynced) and the run stops sending. A later run
+reads every journal under its ``root`` (``journals_under``) before its first lookup, so what
+was received is not paid for again, and stores the journal's outcomes in the cache when it
+can, so the cache is whole again.
 """
 
 from __future__ import annotations
@@ -19,23 +26,40 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from wildtrace.files import FILE_MODE
 
 CACHE_VERSION = 1
+#: The run directory's journal of outcomes the cache could not take (read by later runs).
+JOURNAL = "uncached.jsonl"
 #: The fields a stored outcome must have; an entry of another shape is a miss.
 OUTCOME_FIELDS = {"payload": object, "http_status": int, "attempts": int, "latency_s": (int, float)}
 #: How often a process waiting for another's call looks at the lock again.
 LOCK_POLL_S = 0.05
+#: Where a run's journal sits, relative to ``root``, in Hydra's layout (conf/config.yaml):
+#: runs/<date>/<time>, multirun/<date>/<time>/<job>, and runs/adhoc for a run() without Hydra.
+JOURNAL_GLOBS = (f"runs/*/{JOURNAL}", f"runs/*/*/{JOURNAL}", f"multirun/*/*/*/{JOURNAL}")
+
+
+def journals_under(root: Path, out_dir: Path | None = None) -> list[Path]:
+    """The journals of earlier runs under ``root`` (and ``out_dir``'s own, wherever it is), sorted."""
+    found = {p for pattern in JOURNAL_GLOBS for p in root.glob(pattern)}
+    if out_dir is not None and (out_dir / JOURNAL).is_file():
+        found.add(out_dir / JOURNAL)
+    return sorted(found)
 
 
 class StorageError(OSError):
     """The cache (or a run folder) cannot be written; the message names the path."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)  # the message names the path and the cause; "[Errno 17]" adds nothing
 
 
 def cache_key(provider: str, url: str, route: str, body: bytes, replicate: int) -> tuple[str, dict]:
@@ -71,38 +95,61 @@ def check_writable(directory: Path, what: str) -> None:
         os.unlink(probe)
     except OSError as exc:
         raise StorageError(exc.errno or errno.EIO, f"{what} {directory} is not writable: {exc.strerror or exc}") from None
+    except ValueError:  # the OS cannot take the name at all
+        raise StorageError(errno.EINVAL, f"{what} {str(directory)!r} is not writable: the path holds a NUL byte") \
+            from None
 
 
 @dataclass
 class Cache:
-    """A directory of outcomes; ``enabled=False`` makes every lookup a miss and stores nothing."""
+    """A directory of outcomes; ``enabled=False`` makes every lookup a miss and stores nothing.
+
+    ``journal``: the file an outcome goes to when the directory refuses it (the run's
+    ``uncached.jsonl``); None keeps no fallback.
+    """
 
     directory: Path
     enabled: bool = True
     stores: int = 0
+    journal: Path | None = None
+    uncached: int = 0  #: outcomes the directory refused
+    journaled: int = 0  #: of those, how many the journal holds
+    _fallback: dict[str, dict] = field(default_factory=dict, repr=False)  # key → outcome, from journals
+    _journal_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def _path(self, key: str) -> Path:
         return self.directory / key[:2] / f"{key}.json"
 
     def get(self, key: str) -> dict | None:
-        """The stored outcome for ``key``, or None. An unreadable or ill-shaped file is a miss."""
+        """The stored outcome for ``key`` (the directory, then the journals read), or None.
+
+        An unreadable or ill-shaped file is a miss.
+        """
         if not self.enabled:
             return None
         try:
             with open(self._path(key), encoding="utf-8") as fh:
                 entry = json.load(fh)
         except (OSError, ValueError, RecursionError):
-            return None
+            return self._fallback.get(key)
         outcome = entry.get("outcome") if isinstance(entry, dict) else None
-        return outcome if _well_formed(outcome) else None
+        return outcome if _well_formed(outcome) else self._fallback.get(key)
 
     def put(self, key: str, material: dict, outcome: dict[str, Any]) -> None:
         """Store atomically: write a temporary file, fsync, rename into place.
 
-        Raises StorageError (naming the file) when the disk refuses: full, read-only, gone.
+        When the disk refuses (full, read-only, gone) the outcome goes to the journal, and a
+        StorageError names the file and where the outcome is kept (or that it is kept nowhere).
         """
         if not self.enabled:
             return
+        try:
+            self._write(key, material, outcome)
+        except StorageError as exc:
+            raise StorageError(exc.errno, f"{exc}; {self._keep(key, material, outcome)}") from None
+        self.stores += 1
+
+    def _write(self, key: str, material: dict, outcome: dict[str, Any]) -> None:
         path = self._path(key)
         tmp: str | None = None
         try:
@@ -116,14 +163,56 @@ class Cache:
             os.chmod(tmp, FILE_MODE)
             os.replace(tmp, path)
         except OSError as exc:
-            if tmp:
-                Path(tmp).unlink(missing_ok=True)
+            _unlink(tmp)
             raise StorageError(exc.errno or errno.EIO, f"cannot store an outcome in {path}: {exc.strerror or exc}") from None
         except BaseException:
-            if tmp:
-                Path(tmp).unlink(missing_ok=True)
+            _unlink(tmp)
             raise
-        self.stores += 1
+
+    def _keep(self, key: str, material: dict, outcome: dict[str, Any]) -> str:
+        """Append a refused outcome to the journal (store threads call this at once: one lock); says where it is."""
+        line = json.dumps({"v": CACHE_VERSION, "cache_dir": os.path.abspath(self.directory), "key": key,
+                           "material": material, "outcome": outcome}, ensure_ascii=False, allow_nan=False)
+        with self._journal_lock:
+            self.uncached += 1
+            self._fallback[key] = outcome
+            if self.journal is None:
+                return "kept only in the run files"
+            try:
+                with open(self.journal, "a", encoding="utf-8") as fh:
+                    fh.write(line + "\n")
+                    fh.flush()
+                    os.fsync(fh.fileno())
+            except OSError as exc:
+                return f"and not kept in {self.journal} either ({exc.strerror or exc}): only in the run files"
+            self.journaled += 1
+        return f"kept in {self.journal}"
+
+    def read_journals(self, paths: Iterable[Path]) -> int:
+        """Read earlier runs' journals of this cache; store their outcomes here when the directory takes them.
+
+        A line that is torn (a kill mid-append), ill-shaped, or from another cache folder is
+        skipped. Returns how many outcomes were read.
+        """
+        if not self.enabled:
+            return 0
+        mine = os.path.abspath(self.directory)
+        read = 0
+        for path in paths:
+            for entry in _journal_entries(path):
+                if entry.get("cache_dir") != mine or not isinstance(entry.get("key"), str):
+                    continue
+                key, outcome = entry["key"], entry.get("outcome")
+                if not _well_formed(outcome) or key in self._fallback:
+                    continue
+                self._fallback[key] = outcome
+                read += 1
+                if not self._path(key).exists():
+                    try:
+                        self._write(key, entry.get("material") or {}, outcome)
+                    except StorageError:
+                        pass  # still broken: the journal keeps serving it
+        return read
 
     @asynccontextmanager
     async def lock(self, key: str) -> AsyncIterator[None]:
@@ -146,7 +235,7 @@ class Cache:
                     await asyncio.sleep(LOCK_POLL_S)
             yield
             if self._path(key).exists():  # stored: whoever still waits will find it in the cache
-                path.unlink(missing_ok=True)
+                _unlink(str(path))
         finally:
             os.close(fd)  # closing the descriptor releases the lock
 
@@ -157,3 +246,27 @@ class Cache:
             return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError:
             return None
+
+
+def _unlink(path: str | None) -> None:
+    """Remove a temporary or lock file; on a disk that refuses even that, leave it (it is harmless)."""
+    if path:
+        try:
+            Path(path).unlink(missing_ok=True)
+        except OSError:
+            pass
+
+
+def _journal_entries(path: Path) -> Iterable[dict]:
+    """The entries of one journal; unreadable files and lines are skipped."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                try:
+                    entry = json.loads(line)
+                except (ValueError, RecursionError):
+                    continue
+                if isinstance(entry, dict):
+                    yield entry
+    except OSError:
+        return

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from wildtrace.core.caps import count_ideographs
 from wildtrace.core.tasks import DatasetError, Task, parse_tasks, records_of, select, where
-from wildtrace.files import resolve_corpus_file
+from wildtrace.files import file_kind, resolve_corpus_file
 
 #: Threads measuring the corpus at once.
 MEASURE_THREADS = 2
@@ -46,16 +46,45 @@ class Dataset:
         return self.documents[task.corpus_file]
 
 
+def input_file(path: str | Path, field: str, what: str = "file") -> Path:
+    """``path`` when it names a regular file; else a DatasetError naming ``field`` and what stands there.
+
+    Checked before a read: a directory, a FIFO (whose read blocks forever), a NUL byte, a
+    name too long or a symlink loop would otherwise surface as a traceback, or a hang.
+    """
+    kind = file_kind(path)
+    if kind == "file":
+        return Path(path)
+    if kind is None:
+        raise DatasetError(f"{path}: {what} not found ({field})")
+    return _refused(path, field, kind)
+
+
+def input_folder(path: str | Path, field: str, what: str = "folder") -> Path:
+    """``path`` when it names a directory; else a DatasetError naming ``field``."""
+    kind = file_kind(path)
+    if kind == "is a directory, not a file":
+        return Path(path)
+    if kind is None:
+        raise DatasetError(f"{path}: {what} not found ({field})")
+    return _refused(path, field, "is a file, not a folder" if kind == "file" else kind.replace(", not a file", ""))
+
+
+def _refused(path: str | Path, field: str, problem: str) -> Path:
+    shown = repr(str(path)) if "\0" in str(path) else str(path)
+    raise DatasetError(f"{field}: {shown} {problem}")
+
+
 def read_records(path: Path) -> list:
-    """Decode a tasks file: JSON (list, or object with tasks/data) or JSON Lines."""
+    """Decode a tasks file (``dataset.tasks``): JSON (list, or object with tasks/data) or JSON Lines."""
     try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise DatasetError(f"{path}: tasks file not found") from None
+        raw = input_file(path, "dataset.tasks", "tasks file").read_bytes()
+    except OSError as exc:
+        raise DatasetError(f"{path}: cannot read the tasks file (dataset.tasks): {exc.strerror or exc}") from None
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise DatasetError(f"{path}: not UTF-8 ({exc})") from None
+        raise DatasetError(f"{path}: not UTF-8 (dataset.tasks): {exc}") from None
     try:
         return list(records_of(json.loads(text), str(path)))
     except json.JSONDecodeError as whole:
@@ -78,7 +107,10 @@ def read_document(path: Path) -> str:
 
 def measure(path: Path, at: str) -> DocumentInfo:
     """Length in characters, ideographs in the CJK window, sha256 of the bytes."""
-    raw = path.read_bytes()
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise DatasetError(f"{at}: corpus file {path} cannot be read: {exc.strerror or exc}") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -90,10 +122,11 @@ def load_dataset(tasks_file: str | Path, corpus_dir: str | Path, ids: Sequence[s
                  limit: int | None = None) -> Dataset:
     """Read, validate and select tasks, then measure every corpus file they use."""
     tasks_path, corpus = Path(tasks_file), Path(corpus_dir)
-    if not corpus.is_dir():
+    if file_kind(corpus) is None:
         raise DatasetError(f"{corpus}: corpus folder not found (dataset.corpus); for dataset=wildtrace, fetch the "
                            "release first: python -m wildtrace.download (or point WILDTRACE_DATA_DIR at an existing "
                            "copy)")
+    input_folder(corpus, "dataset.corpus", "corpus folder")
     records = read_records(tasks_path)
     tasks = select(parse_tasks(records, str(tasks_path)), ids, limit, str(tasks_path))
     index_of = {str(r.get("question_id")): i for i, r in enumerate(records) if isinstance(r, dict)}

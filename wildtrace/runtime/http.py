@@ -36,6 +36,7 @@ from wildtrace.core import jsonsafe
 from wildtrace.core import records as R
 from wildtrace.core.records import CallResult, Usage
 from wildtrace.providers.base import IncompleteStream, Provider, StreamError, WireRequest
+from wildtrace.runtime.budget import Ticket
 from wildtrace.runtime.cache import Cache, StorageError, cache_key
 from wildtrace.runtime.ratelimit import AdaptiveLimit
 from wildtrace.runtime.retry import FAIL, QUOTA, RetryPolicy, classify, retry_hint, temperature_rejected
@@ -206,6 +207,13 @@ class Endpoint:
         self.quota_error: str | None = None
         self.served_models: dict[str, int] = {}
         self.storage_error: StorageError | None = None  # the first store that failed; the run stops sending
+        #: Outcomes this run already has by cache key (batch mode: runtime/batch), returned instead of sending.
+        self.ready: dict[str, CallResult] = {}
+
+    @property
+    def auth(self) -> dict[str, str]:
+        """The headers that carry the key (for the batch API's own requests; never logged)."""
+        return dict(self._auth)
 
     @property
     def label(self) -> str:
@@ -231,11 +239,13 @@ class Endpoint:
         return Prepared(request, replicate, content, key, material)
 
     async def call(self, request: WireRequest, replicate: int = 0, cost_tokens: int = 0,
-                   prepared: Prepared | None = None) -> CallResult:
+                   prepared: Prepared | None = None, ticket: Ticket | None = None) -> CallResult:
         """The outcome of one logical request: from the cache, or fetched (with retries) and stored.
 
         ``cost_tokens`` is the request's estimated size, for pacing against a token budget;
-        ``prepared``: ``prepare(request, replicate)`` already made (off the event loop).
+        ``prepared``: ``prepare(request, replicate)`` already made (off the event loop);
+        ``ticket``: the call's claim on a spend cap, reserved on a cache miss just before sending
+        (runtime/budget.py); refused, the call is not sent and comes back ``budget_exhausted``.
         """
         while True:
             if self.temperature_dropped:
@@ -243,6 +253,8 @@ class Endpoint:
             if prepared is None or prepared.request is not request or prepared.replicate != replicate:
                 prepared = self.prepare(request, replicate)
             content, key, material = prepared.content, prepared.key, prepared.material
+            if key in self.ready:  # fetched through the batch API in this run (runtime/batch)
+                return self.ready[key]
             hit = self._lookup(key, request)
             if hit is not None:
                 return hit
@@ -250,6 +262,8 @@ class Endpoint:
                 hit = self._lookup(key, request)  # another process may have paid for it while we waited
                 if hit is not None:
                     return hit
+                if ticket is not None and not await ticket.reserve():
+                    return ticket.refusal()  # never stored: a rerun with a higher cap sends it
                 result = await self._fetch(request, content, cost_tokens, replicate)
                 if result is _RESEND:
                     continue
@@ -265,7 +279,8 @@ class Endpoint:
         try:
             self.cache.put(key, material, {"payload": result.raw, "http_status": result.http_status,
                                            "attempts": result.attempts, "latency_s": result.latency_s,
-                                           "started_at": result.started_at, "notes": list(result.notes)})
+                                           "started_at": result.started_at, "notes": list(result.notes),
+                                           "batched": result.batched})
         except StorageError as exc:
             self.storage_error = self.storage_error or exc
             return replace(result, notes=result.notes + (f"not cached: {exc}",))
@@ -282,13 +297,21 @@ class Endpoint:
         notes = stored.get("notes")
         notes = tuple(n for n in notes if isinstance(n, str)) if isinstance(notes, list) else ()
         return self._finish(replace(result, started_at=started_at, cached=True, notes=notes,
-                                    original_latency_s=float(stored["latency_s"])), request)
+                                    original_latency_s=float(stored["latency_s"]),
+                                    batched=stored.get("batched") is True), request)
+
+    #: The cache store, for outcomes that arrive by another transport (a batch's results).
+    store_outcome = _store
 
     def _finish(self, result: CallResult, request: WireRequest) -> CallResult:
         """What every outcome gets before it is recorded: temperature sent, the served model, redaction."""
+        return self.settle(result, self.provider.temperature_sent(request))
+
+    def settle(self, result: CallResult, temperature_sent: bool | str) -> CallResult:
+        """``_finish`` for an outcome whose request is no longer at hand (a batch item's)."""
         if result.served_model:
             self.served_models[result.served_model] = self.served_models.get(result.served_model, 0) + 1
-        result = replace(result, temperature_sent=self.provider.temperature_sent(request))
+        result = replace(result, temperature_sent=temperature_sent)
         if result.ok:
             return result
         return replace(result, error=redact(result.error), raw=redact(result.raw))
@@ -441,6 +464,11 @@ class Endpoint:
 
     def _http_error(self, attempt: Attempt) -> str:
         return f"HTTP {attempt.status}: {self.provider.error_message(attempt.payload)}"
+
+    @staticmethod
+    def failure_reason(attempt: Attempt) -> str:
+        """A final failure's reason: context_length when the provider says the prompt does not fit."""
+        return Endpoint._reason(attempt)
 
     @staticmethod
     def _reason(attempt: Attempt) -> str:

@@ -29,6 +29,8 @@ from wildtrace.core.tasks import Task
 from wildtrace.core.views import task_outcome
 from wildtrace.providers.base import EndpointSpec, Provider, Sampling
 from wildtrace.providers.registry import make_provider
+from wildtrace.runtime.budget import Ledger
+from wildtrace.runtime.batch import BatchSettings, batch_phase
 from wildtrace.runtime.cache import Cache, cache_key
 from wildtrace.runtime.dataset import Dataset, read_document
 from wildtrace.runtime.http import Endpoint, Prepared, encode_body, interpret, local_transport
@@ -53,11 +55,14 @@ class Counters:
     judge_unavailable: int = 0
     retries: int = 0
     tasks_done: int = 0
+    budget_exhausted: int = 0  # answers the spend cap kept from being sent
     #: (label, reason) → count of failed calls, for the headline's "failures by reason".
     failures: Counter = field(default_factory=Counter)
     #: label → count of calls made (cached or not) and their errors, for the dominant error.
     calls: Counter = field(default_factory=Counter)
     errors: dict[str, Counter] = field(default_factory=dict)
+    #: batch id → its endpoint, state and counts (batch mode), for the progress line.
+    batches: dict[str, str] = field(default_factory=dict)
 
     def as_postfix(self) -> dict[str, int]:
         """Short names for the progress line."""
@@ -65,7 +70,9 @@ class Counters:
                 "j_unavail": self.judge_unavailable, "retries": self.retries}
 
     def record_call(self, label: str, result: CallResult) -> None:
-        """Count one call's outcome under its endpoint."""
+        """Count one call's outcome under its endpoint (a call the cap kept back is not a call, nor a failure)."""
+        if result.reason == R.BUDGET_EXHAUSTED:
+            return
         self.calls[label] += 1
         if not result.ok:
             self.failures[(label, result.reason or "unknown")] += 1
@@ -88,7 +95,9 @@ def call_fields(result: CallResult) -> dict:
             "latency_s": result.latency_s, "started_at": result.started_at, "http_status": result.http_status,
             "raw": result.raw, "reasoning": result.reasoning, "served_model": result.served_model,
             "cached": result.cached, "original_latency_s": result.original_latency_s,
-            "temperature_sent": result.temperature_sent, "notes": list(result.notes)}
+            "temperature_sent": result.temperature_sent, "notes": list(result.notes),
+            "cost_usd": result.cost_usd, "original_cost_usd": result.original_cost_usd,
+            "batched": result.batched}
 
 
 def answer_record(task: Task, caps: CapsDecision, document: dict, prompt_sha: str, prompt_ref: str,
@@ -96,7 +105,7 @@ def answer_record(task: Task, caps: CapsDecision, document: dict, prompt_sha: st
     """Turn a call's outcome into the task's responses.json row."""
     return AnswerRecord(
         question_id=task.question_id,
-        status=R.ANSWERED if result.ok else R.FAILED,
+        status=R.ANSWERED if result.ok else R.BUDGET_EXHAUSTED if result.reason == R.BUDGET_EXHAUSTED else R.FAILED,
         caps=caps.to_dict(),
         document=document,
         reason=result.reason,
@@ -115,7 +124,7 @@ def judgment_record(task: Task, judge: str, prompt: str, result: CallResult) -> 
     return JudgmentRecord(
         question_id=task.question_id,
         judge=judge,
-        status=R.JUDGED if available else R.UNAVAILABLE,
+        status=R.JUDGED if available else R.BUDGET_EXHAUSTED if result.reason == R.BUDGET_EXHAUSTED else R.UNAVAILABLE,
         reason=None if available else (verdict.reason if verdict else result.reason),
         total=verdict.total if verdict else None,
         score=verdict.score if available else None,
@@ -142,6 +151,8 @@ class Plan:
     given_answers: dict[str, dict] | None = None  # stage=judge: rows read from responses=PATH
     grace_s: float = 10.0  # after a stop, how long in-flight calls may finish
     served: dict[str, ServedPolicy] = field(default_factory=dict)  # label → served-model rule (runtime/served.py)
+    ledger: Ledger = field(default_factory=Ledger)  # prices, spend and caps (runtime/budget.py)
+    batch: BatchSettings | None = None  # endpoints sent through the providers' batch APIs (runtime/batch)
 
 
 @dataclass
@@ -153,6 +164,11 @@ class Outcome:
     counters: Counters
     wall_s: float
     stopped: str | None = None  # why the run stopped early (a signal, a storage failure), or None
+    #: Every answer and judgment received, in dataset order: after a stop, also those of tasks
+    #: that did not finish (their judging was not done). Those are in no score, but they reach
+    #: the run files (responses.json, judgments.json), so nothing received is lost.
+    received_answers: list[dict] = field(default_factory=list)
+    received_judgments: list[JudgmentRecord] = field(default_factory=list)
 
 
 def decisions_of(dataset: Dataset, caps: Caps) -> dict[str, CapsDecision]:
@@ -169,6 +185,18 @@ def document_of(dataset: Dataset, task: Task) -> dict:
 # ---------------------------------------------------------------------- the survey
 
 
+@dataclass(frozen=True)
+class PlannedCall:
+    """One call the survey found still to send: its endpoint, prompt size and completion budget."""
+
+    label: str
+    prompt_chars: int
+    cjk: bool
+    max_tokens: int
+    #: A judge call of an answer not known yet: its prompt will also hold the answer (unknown length).
+    answer_pending: bool = False
+
+
 @dataclass
 class Survey:
     """What a run will have to send, found before any request from the caps and the cache."""
@@ -179,6 +207,8 @@ class Survey:
     judge_calls_to_make: Counter = field(default_factory=Counter)  # per judge, for answers already known
     judge_calls_cached: int = 0
     judge_calls_pending: int = 0  # per judge: answers not known yet, each will be judged if it succeeds
+    #: Every call still to send, as the estimate prices it (python -m wildtrace.estimate).
+    planned: list[PlannedCall] = field(default_factory=list)
 
     def needs(self, label: str) -> bool:
         """Whether endpoint ``label`` has at least one call to make (so its key is needed)."""
@@ -227,15 +257,20 @@ def survey(plan_dataset: Dataset, caps: Caps, model: Provider | None, judges: li
             prompt = answer_prompt(task.question_text, read_document(plan_dataset.document(task).path))
             request = model.build_request(prompt, answer_sampling)
             answer = _cached_ok(model, cache, encode_body(request.body), request.url, answer_replicate)
+            chars = len(prompt)
             del prompt, request
             if answer is None:
                 out.answers_to_request += 1
+                out.planned.append(PlannedCall("model", chars, decisions[task.question_id].cap_kind == "cjk",
+                                               answer_sampling.max_tokens))
             else:
                 out.answers_cached += 1
         if not judges:
             continue
         if answer is None:
             out.judge_calls_pending += 1
+            empty = len(judge_prompt(task.question_text, task.rubric, ""))
+            out.planned.extend(PlannedCall(j.spec.label, empty, False, judge_sampling.max_tokens, True) for j in judges)
             continue
         if not answer:
             continue  # a failed answer is never judged
@@ -244,6 +279,7 @@ def survey(plan_dataset: Dataset, caps: Caps, model: Provider | None, judges: li
             request = judge.build_request(prompt, judge_sampling)
             if _cached_ok(judge, cache, encode_body(request.body), request.url, judge_replicate) is None:
                 out.judge_calls_to_make[judge.spec.label] += 1
+                out.planned.append(PlannedCall(judge.spec.label, len(prompt), False, judge_sampling.max_tokens))
             else:
                 out.judge_calls_cached += 1
     return out
@@ -298,6 +334,11 @@ class _Run:
         self.judgments: dict[tuple[str, str], JudgmentRecord] = {}
         self.done: set[str] = set()
 
+    def show_batch(self, batch_id: str, line: str) -> None:
+        """A batch's state for the progress line."""
+        self.counters.batches[batch_id] = line
+        self.progress(self.counters, False)
+
     def _check_storage(self, endpoint: Endpoint) -> None:
         if endpoint.storage_error is not None:
             self.stop.request(f"storage failure: {endpoint.storage_error}")
@@ -336,7 +377,14 @@ class _Run:
                                 reason=f"document has {decision.doc_chars} characters > {decision.cap_kind} cap "
                                        f"{decision.cap}")
         assert plan.model is not None and ready.prepared is not None
-        result = await plan.model.call(ready.prepared.request, plan.answer_replicate, ready.cost, ready.prepared)
+        ticket = plan.ledger.ticket("model", len(ready.prepared.content), plan.answer_sampling.max_tokens)
+        try:
+            result = await plan.model.call(ready.prepared.request, plan.answer_replicate, ready.cost, ready.prepared,
+                                           ticket=ticket)
+        except BaseException:  # cancelled or raised: it may have been billed, so its reservation stays spent
+            plan.ledger.abandon("model", ticket)
+            raise
+        result = plan.ledger.settle("model", result, ticket)
         result = enforce(plan.served.get("model"), result)
         self._check_storage(plan.model)
         self.counters.record_call("model", result)
@@ -348,7 +396,15 @@ class _Run:
         prompt = judge_prompt(task.question_text, task.rubric, response)
         request = judge.provider.build_request(prompt, self.plan.judge_sampling)
         cost = estimate_tokens(len(prompt), False, max_tokens=self.plan.judge_sampling.max_tokens)
-        result = enforce(self.plan.served.get(judge.label), await judge.call(request, self.plan.judge_replicate, cost))
+        ticket = self.plan.ledger.ticket(judge.label, len(prompt.encode("utf-8")),
+                                         self.plan.judge_sampling.max_tokens)
+        try:
+            result = await judge.call(request, self.plan.judge_replicate, cost, ticket=ticket)
+        except BaseException:  # as for answers: the reservation stays spent
+            self.plan.ledger.abandon(judge.label, ticket)
+            raise
+        result = self.plan.ledger.settle(judge.label, result, ticket)
+        result = enforce(self.plan.served.get(judge.label), result)
         self._check_storage(judge)
         self.counters.record_call(judge.label, result)
         return judgment_record(task, judge.label, prompt, result)
@@ -378,7 +434,7 @@ class _Run:
             self.progress(self.counters, False)
 
         if self.stop.is_set():
-            return  # the answer is cached; a resumed run judges it
+            return  # the answer is in the run files and the cache (or the journal); a resumed run judges it
         async with asyncio.TaskGroup() as panel:
             for judge in self.plan.judges:
                 panel.create_task(one(judge))
@@ -395,12 +451,21 @@ class _Run:
                 return
         elif status == R.OUT_OF_CONTEXT:
             self.counters.out_of_context += 1
+        elif status == R.BUDGET_EXHAUSTED:
+            self.counters.budget_exhausted += 1
         else:
             self.counters.failed += 1
         self.finish_task(task)
 
     async def all_tasks(self) -> None:
         plan, tasks = self.plan, self.plan.dataset.tasks
+        if plan.batch is not None:  # batched endpoints' outcomes first; the calls below then find them
+            try:
+                await batch_phase(plan, self.prepare, self.stop.event, plan.batch, self.show_batch)
+            except OSError as exc:  # the spool or a batch record cannot be written: stop as a failed store does
+                self.stop.request(f"storage failure: {exc}")
+            if self.stop.is_set():
+                return
         async with asyncio.TaskGroup() as group:
             if plan.given_answers is not None:
                 for task in tasks:
@@ -455,8 +520,9 @@ async def execute(plan: Plan, counters: Counters | None = None,
     """Run the plan; rows in dataset order. ``progress(counters, task_done)`` is live.
 
     Setting ``stop`` ends the sending; calls in flight get ``plan.grace_s`` to finish, then
-    are cancelled (their outcomes, when they arrived, are in the cache). The outcome then
-    holds the finished tasks only and says why it stopped.
+    are cancelled (their outcomes, when they arrived, are in the cache or its journal). The
+    outcome then scores the finished tasks only, keeps what the others received, and says why
+    it stopped.
     """
     started = time.perf_counter()
     counters = counters or Counters()
@@ -480,13 +546,15 @@ async def execute(plan: Plan, counters: Counters | None = None,
     tasks = plan.dataset.tasks
     order = {t.question_id: i for i, t in enumerate(tasks)}
     judge_order = {j.label: i for i, j in enumerate(plan.judges)}
-    judgments = [j for j in state.judgments.values() if j.question_id in state.done]
+    by_order = sorted(state.judgments.values(), key=lambda j: (order[j.question_id], judge_order[j.judge]))
     return Outcome(
         answers=[state.answers[t.question_id] for t in tasks if t.question_id in state.done],
-        judgments=sorted(judgments, key=lambda j: (order[j.question_id], judge_order[j.judge])),
+        judgments=[j for j in by_order if j.question_id in state.done],
         counters=counters,
         wall_s=time.perf_counter() - started,
         stopped=stop.reason,
+        received_answers=[state.answers[t.question_id] for t in tasks if t.question_id in state.answers],
+        received_judgments=by_order,
     )
 
 

@@ -9,10 +9,11 @@ from typing import Any
 
 from wildtrace.core import records as R
 from wildtrace.core.tasks import DatasetError
+from wildtrace.runtime.dataset import input_file
 
 #: Where answer text may sit in a foreign row, in order of preference.
 TEXT_FIELDS = ("response", "answer", "output", "text", "raw_answer")
-STATUSES = (R.ANSWERED, R.FAILED, R.OUT_OF_CONTEXT)
+STATUSES = (R.ANSWERED, R.FAILED, R.OUT_OF_CONTEXT, R.BUDGET_EXHAUSTED)
 
 
 def _rows(data: Any, source: str) -> list:
@@ -40,10 +41,12 @@ def load_responses(path: str | Path, known_ids: set[str]) -> dict[str, dict]:
     """
     source = str(path)
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise DatasetError(f"{source}: responses file not found") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        data = json.loads(input_file(path, "responses", "responses file").read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise DatasetError(f"{source}: cannot read the responses file (responses): {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise DatasetError(f"{source}: not UTF-8 (responses): {exc}") from None
+    except json.JSONDecodeError as exc:
         raise DatasetError(f"{source}: malformed JSON: {exc}") from None
     out: dict[str, dict] = {}
     for i, row in enumerate(_rows(data, source)):

@@ -22,18 +22,22 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from wildtrace import __version__
-from wildtrace.config import EndpointConfig, WildtraceConfig, caps_of, effective_max_tokens
+from wildtrace.config import (ConfigError, EndpointConfig, WildtraceConfig, batch_labels, caps_of,
+                              effective_max_tokens, price_of)
 from wildtrace.config_check import spec_warnings
 from wildtrace.core import views
 from wildtrace.core.events import RunEnd, RunObserver, RunStart
 from wildtrace.core.prompts import PROMPTS_VERSION, prompts_sha256
+from wildtrace.core.tasks import oddities
 from wildtrace.providers.base import EndpointSpec, Sampling
 from wildtrace.providers.registry import make_provider
-from wildtrace.runtime.cache import Cache, StorageError, check_writable
+from wildtrace.runtime.budget import BudgetError, Ledger
+from wildtrace.runtime.cache import JOURNAL, Cache, StorageError, check_writable, journals_under
 from wildtrace.runtime.dataset import Dataset, load_dataset
 from wildtrace.runtime.http import Endpoint
 from wildtrace.files import write_json
 from wildtrace.exitcodes import SIGNAL_EXIT, ExitCode
+from wildtrace.runtime.batch import BatchSettings
 from wildtrace.runtime.pipeline import Counters, Outcome, Plan, Stop, Survey, execute, make_endpoint, survey
 from wildtrace.runtime.responses import load_responses
 from wildtrace.runtime.retry import RetryPolicy
@@ -43,8 +47,10 @@ from wildtrace.runtime import served
 log = logging.getLogger("wildtrace")
 
 #: Exit statuses (wildtrace/exitcodes.py): a finished run, an endpoint whose every call failed or a
-#: store that failed, and a stop by signal (the shell's 128 + signal number).
-EXIT_OK, EXIT_FAILED = ExitCode.OK, ExitCode.RUN_FAILED
+#: store that failed, a finished run that MLflow did not log (with ``mlflow.required``; upload logs
+#: it later), a spend cap that kept calls from being sent (docs/cost.md), and a stop by signal.
+EXIT_OK, EXIT_FAILED, EXIT_NOT_LOGGED = ExitCode.OK, ExitCode.RUN_FAILED, ExitCode.NOT_LOGGED
+EXIT_BUDGET = ExitCode.BUDGET
 EXIT_SIGNAL = SIGNAL_EXIT
 
 
@@ -93,6 +99,28 @@ def samplings(cfg: WildtraceConfig) -> tuple[Sampling, Sampling]:
     answer = Sampling(cfg.decoding.temperature, effective_max_tokens(cfg.model, cfg.decoding),
                       reasoning_effort=cfg.decoding.reasoning_effort)
     return answer, Sampling(cfg.judge_panel.temperature, cfg.judge_panel.max_tokens)
+
+
+def endpoint_configs(cfg: WildtraceConfig) -> dict[str, EndpointConfig]:
+    """label → the endpoint's config: "model" and each judge key."""
+    return {"model": cfg.model, **cfg.judge_panel.judges}
+
+
+def config_prefix(label: str) -> str:
+    """The config key an endpoint's settings live under."""
+    return "model" if label == "model" else f"judge_panel.judges.{label}"
+
+
+def make_ledger(cfg: WildtraceConfig, specs: Sequence[EndpointSpec], needed: Sequence[str] = ()) -> Ledger:
+    """The run's prices and caps; a cap over an endpoint in ``needed`` with no price fails here (exit 2)."""
+    configs = endpoint_configs(cfg)
+    ledger = Ledger.build({s.label: (price_of(configs[s.label]), s.provider, configs[s.label].max_usd)
+                           for s in specs}, cfg.budget.max_usd)
+    try:
+        ledger.check(needed, {s.label: config_prefix(s.label) for s in specs})
+    except BudgetError as exc:
+        raise ConfigError(str(exc)) from None
+    return ledger
 
 
 def key_config(spec: EndpointSpec) -> str:
@@ -193,16 +221,18 @@ def headline(cfg: WildtraceConfig, summary: dict | None, outcome: Outcome, out_d
              f"decoding={cfg.decoding.replicate} judges={cfg.judge_panel.replicate})"]
     if outcome.stopped:
         lines.append(f"STOPPED ({outcome.stopped}): {len(outcome.answers)} of {n_tasks} tasks finished; the numbers "
-                     "below cover those only (partial). Every outcome received is cached.")
+                     f"below cover those only (partial). {kept_line(cfg, stats['uncached'])}")
     if summary is not None:
         scored = "n/a" if summary["scored"] is None else f"{summary['scored']:.2f}%"
         overall = "n/a" if summary["overall"] is None else f"{summary['overall']:.2f}%"
         lines.append(f"overall (All view): {overall}   scored: {scored} (n={summary['n_scored']})")
         lines.append(f"scored {summary['n_scored']} · unscored {summary['n_unscored']} · failed {summary['n_failed']}"
                      f" · out of context {summary['n_out_of_context']} · missing {summary['n_missing']}"
-                     f" · of {summary['n_total']}")
+                     + (f" · budget_exhausted {summary['n_budget_exhausted']}"
+                        if summary.get("n_budget_exhausted") else "") + f" · of {summary['n_total']}")
     else:
-        lines.append(f"answered {c.answered} · failed {c.failed} · out of context {c.out_of_context}")
+        lines.append(f"answered {c.answered} · failed {c.failed} · out of context {c.out_of_context}"
+                     + (f" · budget_exhausted {c.budget_exhausted}" if c.budget_exhausted else ""))
     calls = sum(c.calls.values())
     lines.append(f"calls: {calls} ({stats['cache_hits']} from the cache, {sum(stats['requests'].values())} requests "
                  f"sent, {stats['retries']} retries)")
@@ -212,11 +242,43 @@ def headline(cfg: WildtraceConfig, summary: dict | None, outcome: Outcome, out_d
     return "\n".join(lines)
 
 
+def uncached_stats(cache: Cache) -> dict:
+    """run_stats ``uncached``: outcomes the cache refused, the journal holding them, and how many it could not."""
+    return {"outcomes": cache.uncached, "journal": str(cache.journal) if cache.journaled else None,
+            "lost": cache.uncached - cache.journaled}
+
+
+def kept_line(cfg: WildtraceConfig, uncached: dict) -> str:
+    """Where what was received is kept: the headline's promise, true in every case."""
+    if not cfg.cache.enabled:
+        return "The cache is off (cache.enabled=false): what was received is in the run files only."
+    if not uncached["outcomes"]:
+        return "Every outcome received is cached."
+    text = (f"{uncached['outcomes']} outcome(s) received could not be cached (storage failure): they are in the "
+            "run files (noted 'not cached')")
+    if uncached["journal"]:
+        text += f" and kept in {uncached['journal']}, which the rerun reads"
+    if uncached["lost"]:
+        text += f"; {uncached['lost']} of them could not be journaled either and will be paid again"
+    return text + ". Everything else received is cached."
+
+
+def _kept_without_run_files(cache: Cache) -> str:
+    """Where the outcomes are when the run files could not be written (the error's promise, kept true)."""
+    if not cache.uncached:
+        return "every outcome received is in the cache"
+    if cache.uncached > cache.journaled:
+        return f"{cache.uncached - cache.journaled} outcome(s) received could be kept nowhere and will be paid again"
+    return f"the outcomes the cache refused are in {cache.journal}"
+
+
 class _Progress:
     """A tqdm bar on a terminal; elsewhere a log line every ``every_s`` seconds (and at the end)."""
 
-    def __init__(self, total: int, enabled: bool, every_s: float, endpoints: dict[str, Endpoint]) -> None:
+    def __init__(self, total: int, enabled: bool, every_s: float, endpoints: dict[str, Endpoint],
+                 ledger: Ledger | None = None) -> None:
         self.total, self.every_s, self.endpoints = total, every_s, endpoints
+        self.ledger = ledger or Ledger()
         self.started = time.monotonic()
         self.last = self.started
         self.bar = None
@@ -230,7 +292,11 @@ class _Progress:
         if self.bar is not None:
             if task_done:
                 self.bar.update(1)
-            self.bar.set_postfix(c.as_postfix(), refresh=False)
+            if c.batches:  # batch mode: each batch's state and counts while the bar waits
+                self.bar.set_description_str("tasks · " + "; ".join(c.batches.values()), refresh=False)
+            spend = self.ledger.progress()
+            self.bar.set_postfix({**c.as_postfix(), **({"usd": spend.removeprefix("spent ")} if spend else {})},
+                                 refresh=False)
         elif self.lines and time.monotonic() - self.last >= self.every_s:
             self.line(c)
 
@@ -240,8 +306,10 @@ class _Progress:
         elapsed = max(self.last - self.started, 1e-9)
         limits = " ".join(f"{label}={e.limit.limit}" for label, e in self.endpoints.items())
         log.info("progress: %d/%d tasks (%.2f/s) · ok %d · failed %d · ooc %d · judged %d · unavailable %d · "
-                 "retries %d · limits %s", c.tasks_done, self.total, c.tasks_done / elapsed, c.answered, c.failed,
-                 c.out_of_context, c.judged, c.judge_unavailable, c.retries, limits)
+                 "retries %d · limits %s%s", c.tasks_done, self.total, c.tasks_done / elapsed, c.answered, c.failed,
+                 c.out_of_context, c.judged, c.judge_unavailable, c.retries, limits,
+                 (f" · {spend}" if (spend := self.ledger.progress()) else "")
+                 + "".join(f" · batch {line}" for line in c.batches.values()))
 
     def close(self, c: Counters) -> None:
         """End the bar, or write the last line."""
@@ -314,6 +382,28 @@ def _survey(cfg: WildtraceConfig, dataset: Dataset, specs: list[EndpointSpec], c
                   cfg.decoding.replicate, cfg.judge_panel.replicate, given)
 
 
+def plan_run(cfg: WildtraceConfig) -> tuple[Dataset, list[EndpointSpec], Survey]:
+    """What ``run`` would send, found as ``run`` finds it (dataset, stage, caps, cache, replicates), sending nothing.
+
+    The estimate's entry: the same loading, the same survey, no keys read and no folder written.
+    """
+    dataset = load_dataset(cfg.dataset.tasks, cfg.dataset.corpus, cfg.dataset.ids, cfg.dataset.limit)
+    specs = stage_specs(cfg)
+    given = load_responses(cfg.responses, {t.question_id for t in dataset.tasks}) if cfg.stage == "judge" else None
+    cache = Cache(Path(cfg.cache.dir), cfg.cache.enabled)
+    answer_sampling, judge_sampling = samplings(cfg)
+    return dataset, specs, _survey(cfg, dataset, specs, cache, given, answer_sampling, judge_sampling)
+
+
+def batch_settings(cfg: WildtraceConfig, out_dir: Path) -> BatchSettings | None:
+    """Batch mode's settings, or None when no endpoint of the stage is batched."""
+    labels = batch_labels(cfg)
+    if not labels:
+        return None
+    shared = Path(cfg.cache.dir) / "batches" if cfg.cache.enabled else None
+    return BatchSettings(labels, cfg.batch.poll_s, cfg.batch.max_wait_h, out_dir, shared)
+
+
 def run(cfg: WildtraceConfig, overrides: Sequence[str] = (), parent_run_id: str | None = None,
         observer: RunObserver | None = None) -> RunResult:
     """Execute one job. Raises DatasetError / ConfigError / MissingKeyError / StorageError before any request.
@@ -328,13 +418,16 @@ def run(cfg: WildtraceConfig, overrides: Sequence[str] = (), parent_run_id: str 
     specs = stage_specs(cfg)
     given = load_responses(cfg.responses, {t.question_id for t in dataset.tasks}) if cfg.stage == "judge" else None
     check_writable(out_dir, "the run directory")
-    cache = Cache(Path(cfg.cache.dir), cfg.cache.enabled)
+    cache = Cache(Path(cfg.cache.dir), cfg.cache.enabled, journal=out_dir / JOURNAL)
     if cfg.cache.enabled:
         check_writable(Path(cfg.cache.dir), "the cache folder (cache.dir)")
+        if read := cache.read_journals(journals_under(Path(cfg.root), out_dir)):
+            log.info("%d outcome(s) an earlier run could not cache read from its journal (%s)", read, JOURNAL)
 
     answer_sampling, judge_sampling = samplings(cfg)
     rules = served.policies(cfg)
     plan_counts = _survey(cfg, dataset, specs, cache, given, answer_sampling, judge_sampling)
+    ledger = make_ledger(cfg, specs, [s.label for s in specs if plan_counts.needs(s.label)])
     keys = read_keys(key_needs([s for s in specs if plan_counts.needs(s.label)]))
     log.info("%s", plan_counts.describe([s.label for s in specs if s.label != "model"]))
 
@@ -352,9 +445,11 @@ def run(cfg: WildtraceConfig, overrides: Sequence[str] = (), parent_run_id: str 
         dataset=dataset, caps=caps_of(cfg.model), answer_sampling=answer_sampling, judge_sampling=judge_sampling,
         answer_replicate=cfg.decoding.replicate, judge_replicate=cfg.judge_panel.replicate,
         model=endpoints.get("model"), judges=[endpoints[s.label] for s in specs if s.label != "model"],
-        given_answers=given, grace_s=cfg.stop_grace_s, served=rules,
+        given_answers=given, grace_s=cfg.stop_grace_s, served=rules, ledger=ledger,
+        batch=batch_settings(cfg, out_dir),
     )
     warnings = [{"code": code, "message": message} for code, message in spec_warnings(cfg)]
+    warnings += [o.to_dict() for o in oddities(dataset.tasks, {f: d.chars for f, d in dataset.documents.items()})]
     for w in warnings:
         log.warning("%s", w["message"])
     run_date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
@@ -362,34 +457,41 @@ def run(cfg: WildtraceConfig, overrides: Sequence[str] = (), parent_run_id: str 
     observer.run_started(RunStart(out_dir=str(out_dir), config=config, n_tasks=len(dataset.tasks),
                                   run_date=run_date, parent_run_id=parent_run_id))
     signals: list[int] = []
-    progress = _Progress(len(dataset.tasks), cfg.progress, cfg.progress_every_s, endpoints)
+    progress = _Progress(len(dataset.tasks), cfg.progress, cfg.progress_every_s, endpoints, ledger)
     outcome = asyncio.run(_execute(plan, counters, progress, observer, signals))
 
     with deferred_signals(signals):
-        result = _write(cfg, dataset, outcome, out_dir, endpoints, counters, overrides, run_date, warnings, config)
+        result = _write(cfg, dataset, outcome, out_dir, endpoints, counters, overrides, run_date, warnings, config,
+                        ledger, cache)
         status = "partial" if outcome.stopped else "finished"
         run_id = observer.run_finished(RunEnd(out_dir=str(out_dir), status=status))
+        unlogged = cfg.mlflow.enabled and run_id is None
         if cfg.mlflow.enabled:
-            result.headline += (f"\nmlflow: {'run ' + run_id if run_id else 'NOT logged (see above)'} "
-                                f"at {cfg.mlflow.tracking_uri}")
-    result.exit_code = _exit_code(outcome, counters, signals)
+            result.headline += f"\nmlflow: {'run ' + run_id if run_id else 'NOT logged'} at {cfg.mlflow.tracking_uri}"
+    result.exit_code = _exit_code(outcome, counters, signals, ledger, unlogged and cfg.mlflow.required)
+    if unlogged:
+        result.headline += (f" (see above); log it later with python -m wildtrace.upload {out_dir}"
+                            + ("; exit status 3 (mlflow.required)" if result.exit_code == EXIT_NOT_LOGGED else ""))
     if outcome.stopped:
         result.headline += f"\nresume with: {resume_command(overrides)}"
+    elif ledger.not_sent():
+        result.headline += f"\nresume with a higher cap: {resume_command(raised_caps(cfg, ledger, overrides))}"
     result.headline = redact(result.headline)  # the entry point prints it, last (app.show_headline)
     return result
 
 
 def _write(cfg: WildtraceConfig, dataset: Dataset, outcome: Outcome, out_dir: Path, endpoints: dict[str, Endpoint],
-           counters: Counters, overrides: Sequence[str], run_date: str, warnings: list[dict], config: dict) -> RunResult:
-    """The run files: responses, judgments, scores, stats, config."""
+           counters: Counters, overrides: Sequence[str], run_date: str, warnings: list[dict], config: dict,
+           ledger: Ledger, cache: Cache) -> RunResult:
+    """The run files: responses, judgments (everything received), scores (finished tasks), stats, config."""
     judging = cfg.stage in ("all", "judge")
     rules = served.policies(cfg)
     warnings = warnings + [{"code": c, "message": m} for c, m in served_model_warnings(endpoints, rules)]
     try:
-        write_json(out_dir / "responses.json", outcome.answers)
+        write_json(out_dir / "responses.json", outcome.received_answers)
         summary = None
         if judging:
-            write_json(out_dir / "judgments.json", [j.to_dict() for j in outcome.judgments])
+            write_json(out_dir / "judgments.json", [j.to_dict() for j in outcome.received_judgments])
             scores = build_scores(cfg, dataset, outcome)
             write_json(out_dir / "scores.json", scores)
             summary = {k: v for k, v in scores.items() if k != "tasks"}
@@ -413,24 +515,65 @@ def _write(cfg: WildtraceConfig, dataset: Dataset, outcome: Outcome, out_dir: Pa
                                    for label, r in rules.items() if label in endpoints},
             "temperature_dropped": [label for label, e in endpoints.items() if e.temperature_dropped],
             "warnings": warnings,
+            "uncached": uncached_stats(cache),
             "overrides": list(overrides),
             "effective_max_tokens": effective_max_tokens(cfg.model, cfg.decoding),
+            "cost": ledger.stats(),
         }
         write_json(out_dir / "run_stats.json", stats)
         write_json(out_dir / "config.json", config)
     except OSError as exc:
         raise StorageError(exc.errno or 5, f"cannot write the run files in {out_dir}: {exc.strerror or exc}; "
-                           "every outcome received is in the cache: rerun the same command") from None
+                           f"{_kept_without_run_files(cache)}: rerun the same command") from None
     text = headline(cfg, summary, outcome, out_dir, stats)
+    text = text.replace(f"\nrun dir: {out_dir}", "".join(f"\n{line}" for line in cost_lines(stats["cost"]))
+                        + f"\nrun dir: {out_dir}")
     return RunResult(out_dir=out_dir, summary=summary, stats=stats, outcome=outcome, headline=text)
 
 
-def _exit_code(outcome: Outcome, counters: Counters, signals: list[int]) -> int:
+def _exit_code(outcome: Outcome, counters: Counters, signals: list[int], ledger: Ledger,
+               unlogged: bool = False) -> int:
+    """Signals first, then a failed or stopped run, a spend cap that held calls back, a run MLflow did not log."""
     if signals:
         return EXIT_SIGNAL.get(signal.Signals(signals[0]), ExitCode.SIGINT)
     if outcome.stopped or all_failed(counters):
         return EXIT_FAILED
-    return EXIT_OK
+    if ledger.not_sent():
+        return EXIT_BUDGET
+    return EXIT_NOT_LOGGED if unlogged else EXIT_OK
+
+
+def money(value: float | None) -> str:
+    """USD for a person: unknown stays unknown."""
+    return "unknown" if value is None else f"${value:,.4f}" if value < 1 else f"${value:,.2f}"
+
+
+def cost_lines(cost: dict) -> list[str]:
+    """The headline's cost: the total and each endpoint's, and what a cap held back."""
+    parts = ", ".join(f"{label} {money(row['cost_usd'])}"
+                      + (f" (+{row['calls_cost_unknown']} calls of unknown cost)" if row["calls_cost_unknown"] else "")
+                      for label, row in cost["endpoints"].items())
+    lines = [f"cost: {money(cost['total_usd'])} ({parts})"]
+    if cost["not_sent_budget"]:
+        caps = ([f"budget.max_usd={money(cost['max_usd'])}"] if cost["max_usd"] is not None else []) + \
+               [f"{config_prefix(label)}.max_usd={money(row['max_usd'])}" for label, row in cost["endpoints"].items()
+                if row["max_usd"] is not None]
+        lines.append(f"BUDGET CAP REACHED ({', '.join(caps)}): spent {money(cost['total_usd'])}; "
+                     f"{cost['not_sent_budget']} calls not sent (recorded as budget_exhausted, never cached: "
+                     "a rerun with a higher cap sends only them)")
+    return lines
+
+
+def raised_caps(cfg: WildtraceConfig, ledger: Ledger, overrides: Sequence[str]) -> list[str]:
+    """The overrides with every cap that held calls back doubled (any higher value does)."""
+    raised: dict[str, float] = {}
+    if cfg.budget.max_usd is not None:
+        raised["budget.max_usd"] = cfg.budget.max_usd * 2
+    for label, account in ledger.accounts.items():
+        if account.not_sent and account.cap is not None:
+            raised[f"{config_prefix(label)}.max_usd"] = float(account.cap) * 2
+    kept = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in raised]
+    return kept + [f"{key}={value:g}" for key, value in raised.items()]
 
 
 def config_dict(cfg: WildtraceConfig) -> dict:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -35,6 +36,22 @@ RUNNING, LOGGED, PARTIAL, NOT_LOGGED = "running", "logged", "partial", "not_logg
 #: How long the end of a run waits for the trace thread before leaving the rest to upload.
 TRACE_WAIT_S = 600.0
 DATASET_ATTEMPTS = 3
+#: An override that changes the panel's membership (an ablation keeps the panel's name):
+#: ``~judge_panel.judges.x``, ``+judge_panel.judges.x=…``, ``judge_panel.judges=…``.
+_MEMBERSHIP = re.compile(r"^(?:~judge_panel\.judges\.[^.=]+(?:=.*)?|\+{1,2}judge_panel\.judges\.[^.=]+=.*"
+                         r"|judge_panel\.judges=.*)$")
+
+
+def readable_name(config: dict, stats: dict, run_date: str | None) -> str:
+    """The run's MLflow name: ``rundir.run_name``, with the panel's members after its name when the
+    run changed them (``offline_panel judges=balanced,lenient``), so an ablation does not look
+    like the full panel in MLflow's run list."""
+    name = run_name(config, stats, run_date)
+    if any(_MEMBERSHIP.match(str(o)) for o in stats.get("overrides") or []):
+        panel = str(config["judge_panel"]["name"])
+        members = ",".join(sorted(config["judge_panel"].get("judges") or {}))
+        name = name.replace(f" · {panel} · ", f" · {panel} judges={members} · ", 1)
+    return name
 
 
 @dataclass
@@ -108,7 +125,7 @@ def start_ms(run_date: str | None) -> int | None:
 def create_run(target: Target, config: dict, stats: dict, out_dir: str, run_date: str | None,
                parent_run_id: str | None) -> Target:
     """A new MLflow run named uniquely, with the tags known before any file exists."""
-    name = unique_name(target.client, target.experiment_id, run_name(config, stats, run_date))
+    name = unique_name(target.client, target.experiment_id, readable_name(config, stats, run_date))
     run = target.client.create_run(target.experiment_id, run_name=name, start_time=start_ms(run_date),
                                    tags={**base_tags(config, out_dir, parent_run_id), "wildtrace.status": "running"})
     target.run_id = run.info.run_id
@@ -119,7 +136,7 @@ def rename_if_needed(target: Target, rd: RunDir) -> None:
     """Rename a run whose name no longer says what the files say (e.g. a temperature dropped mid-run)."""
     info = target.client.get_run(target.run_id).info
     started = datetime.datetime.fromtimestamp(info.start_time / 1000, datetime.timezone.utc).isoformat()
-    wanted = run_name(rd.config, rd.stats, started)  # the run's own start: the time stamp never moves
+    wanted = readable_name(rd.config, rd.stats, started)  # the run's own start: the time stamp never moves
     current = info.run_name or ""
     if current != wanted and not current.startswith(wanted + " #"):
         target.client.update_run(target.run_id, name=unique_name(target.client, target.experiment_id, wanted))

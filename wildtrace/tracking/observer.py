@@ -140,3 +140,21 @@ class MlflowObserver(RunObserver):
         if self.exporter is not None:
             self.exporter.close(TRACE_WAIT_S)
             self.exporter = None
+
+
+class UnloggedObserver(RunObserver):
+    """A run whose store could not be opened, with ``mlflow.required=false``: ``mlflow.json`` says
+    not_logged with the reason (for ``upload`` later); the warning was given once already."""
+
+    def __init__(self, reason: str, parent_run_id: str | None = None) -> None:
+        """``reason``: why the store cannot be used (one line naming its path)."""
+        self.reason = reason
+        self.parent_run_id = parent_run_id
+
+    def run_started(self, start: RunStart) -> None:
+        """Leave the reason beside the run's files from its first moment."""
+        write_marker(Path(start.out_dir), NOT_LOGGED, None, start.parent_run_id or self.parent_run_id, self.reason)
+
+    def run_finished(self, end: RunEnd) -> str | None:
+        """Not logged: None."""
+        return None

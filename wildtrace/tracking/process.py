@@ -17,7 +17,8 @@ process's handlers (and their redaction). Nothing here raises:
   the MLflow run id), and ``python -m wildtrace.upload`` completes that run later;
 - if this process goes away first (a crash, SIGKILL), the child sees its pipe close,
   stores the traces it already has, closes the MLflow run as FAILED and marks the run
-  directory ``not_logged``, so a later ``upload`` completes the same MLflow run.
+  directory ``not_logged``. Such a run never wrote its run files (they come at its end):
+  the resume (the same command, served from the cache) finishes it, and ``upload`` says so.
 
 The child ignores SIGINT and SIGTERM: a Ctrl-C or a job scheduler's SIGTERM reaches the
 whole process group, and the run (which stops cleanly and ends its MLflow run as KILLED)

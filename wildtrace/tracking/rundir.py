@@ -187,7 +187,8 @@ def _frames(rd: RunDir) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def _score_metrics(s: Mapping) -> dict[str, Any]:
     m: dict[str, Any] = {}
-    for key in ("overall", "scored", "n_total", "n_scored", "n_out_of_context", "n_failed", "n_unscored", "n_missing"):
+    for key in ("overall", "scored", "n_total", "n_scored", "n_out_of_context", "n_failed", "n_unscored", "n_missing",
+                "n_budget_exhausted"):
         if s.get(key) is not None:
             m[key] = s[key]
     for judge, row in s.get("judges", {}).items():
@@ -230,7 +231,21 @@ def metrics_of(rd: RunDir) -> dict[str, float]:
     for key in ("retries", "cache_hits", "wall_s"):
         if key in rd.stats:
             m[key] = rd.stats[key]
+    m.update(cost_metrics(rd.stats.get("cost") or {}))
     return {k: float(v) for k, v in m.items()}
+
+
+def cost_metrics(cost: Mapping) -> dict[str, float]:
+    """``cost_usd`` (the run) and ``cost_usd.<endpoint>``; an unknown cost is no metric, never a 0."""
+    m: dict[str, float] = {}
+    if isinstance(cost.get("total_usd"), (int, float)):
+        m["cost_usd"] = cost["total_usd"]
+    for label, row in (cost.get("endpoints") or {}).items():
+        if isinstance(row, Mapping) and isinstance(row.get("cost_usd"), (int, float)):
+            m[metric_name("cost_usd", label)] = row["cost_usd"]
+    if isinstance(cost.get("not_sent_budget"), int) and cost["not_sent_budget"]:
+        m["not_sent_budget"] = cost["not_sent_budget"]
+    return m
 
 
 def _json(value: Any) -> str | None:
@@ -258,7 +273,7 @@ def task_table(rd: RunDir, document_uris: Mapping[str, str] | None = None) -> pd
             "prompt": r.get("prompt_ref"), "response": r.get("response"), "reasoning": r.get("reasoning"),
             "finish_reason": r.get("finish_reason"), "served_model": r.get("served_model"),
             "cached": r.get("cached"), "attempts": r.get("attempts"), "error": r.get("error"), "raw": _json(r.get("raw")),
-            "task_status": score.get("status"), "score": score.get("score"),
+            "cost_usd": r.get("cost_usd"), "task_status": score.get("status"), "score": score.get("score"),
         })
     return pd.DataFrame(rows)
 
@@ -269,7 +284,7 @@ def judgment_table(rd: RunDir) -> pd.DataFrame:
         "question_id": j["question_id"], "judge": j["judge"], "status": j["status"], "reason": j.get("reason"),
         "total": j.get("total"), "score": j.get("score"), "prompt": j.get("prompt"), "reply": j.get("reply"),
         "parsed": _json(j.get("parsed")), "error": j.get("error"), "attempts": j.get("attempts"),
-        "cached": j.get("cached"), "served_model": j.get("served_model"),
+        "cached": j.get("cached"), "served_model": j.get("served_model"), "cost_usd": j.get("cost_usd"),
     } for j in rd.judgments])
 
 

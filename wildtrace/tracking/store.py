@@ -1,11 +1,25 @@
-"""The MLflow store, reached one way by the logger, the observer and the sweep callback."""
+"""The MLflow store, reached one way by the logger, the observer, upload and the sweep callback.
+
+A local SQLite store (the default ``outputs/mlflow.db``) is checked before the first request
+and opened under a lock beside it (``mlflow.db.lock``): MLflow creates and migrates a new
+store's schema when it first opens it, and two processes doing that at once corrupted it
+(``duplicate column name``, alembic errors, ``_alembic_tmp_*`` tables that broke every later
+run). A tracking server migrates its own database once, so it is the setting for many
+concurrent jobs (docs/mlflow-store.md).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import logging
 import os
+import sqlite3
 import tempfile
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +37,138 @@ log = logging.getLogger("wildtrace.tracking")
 LOGGED_ARTIFACTS_TAG = "mlflow.loggedArtifacts"
 
 
-def client_for(tracking_uri: str) -> Any:
-    """An explicit client: no global state, so jobs in one process never cross stores."""
+#: How long opening a local store waits for another process creating or migrating it (a new
+#: store's migrations took 5 s on 2 busy cores; an existing store's check 0.08 s).
+STORE_LOCK_WAIT_S = 120.0
+#: How often a process waiting for the store's lock looks again.
+LOCK_POLL_S = 0.05
+#: Stores opened (created and migrated) by this process: MLflow caches them per URI.
+_READY: set[str] = set()
+_READY_LOCK = threading.Lock()
+
+
+class StoreUnusable(OSError):
+    """A local MLflow store that cannot be used; the message names the path (one line)."""
+
+
+def sqlite_path(tracking_uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URI; None for servers, other databases and in-memory stores."""
+    if not tracking_uri.startswith("sqlite:///"):
+        return None
+    name = tracking_uri[len("sqlite:///"):].split("?", 1)[0]
+    if name in ("", ":memory:"):
+        return None
+    return Path(name) if name.startswith("/") else Path.cwd() / name
+
+
+def lock_path(db: Path) -> Path:
+    """The lock file beside a store: ``mlflow.db`` → ``mlflow.db.lock``."""
+    return db.with_name(db.name + ".lock")
+
+
+@contextlib.contextmanager
+def store_lock(db: Path, exclusive: bool) -> Iterator[None]:
+    """Hold the store's lock (shared to read its state, exclusive to open it), waiting at most
+    ``STORE_LOCK_WAIT_S``. ``flock``: the kernel releases it when a holder dies."""
+    path = lock_path(db)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as exc:
+        raise StoreUnusable(f"the MLflow store's lock file {path} cannot be opened: {exc.strerror or exc}") from None
+    try:
+        deadline = time.monotonic() + STORE_LOCK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise StoreUnusable(f"the MLflow store {db} stayed locked by another process ({path}) for more "
+                                        f"than {STORE_LOCK_WAIT_S:.0f} s") from None
+                time.sleep(LOCK_POLL_S)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _check_folder(db: Path) -> None:
+    """The store's folder exists (or is made), is a folder, and takes a new file (SQLite writes journals there)."""
+    folder = db.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        blocker = next((p for p in [folder, *folder.parents] if p.exists() and not p.is_dir()), folder)
+        reason = "is a file, not a folder" if blocker.exists() else f"cannot be created: {exc.strerror or exc}"
+        raise StoreUnusable(f"the MLflow store's folder {blocker} {reason}") from None
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".write-check-", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise StoreUnusable(f"the MLflow store's folder {folder} is not writable: {exc.strerror or exc}") from None
+
+
+def _check_database(db: Path) -> None:
+    """An existing store file is a SQLite database this process can write, not left half-migrated."""
+    if not db.exists():
+        return  # MLflow creates it (under the lock)
+    if not db.is_file():
+        raise StoreUnusable(f"the MLflow store {db} is not a database file (it is a folder)")
+    if not os.access(db, os.R_OK | os.W_OK):
+        raise StoreUnusable(f"the MLflow store {db} cannot be written (its permissions)")
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=rw", uri=True, timeout=20)) as conn:
+            tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    except sqlite3.Error as exc:
+        raise StoreUnusable(f"the MLflow store {db} cannot be opened as SQLite: {exc}") from None
+    leftovers = sorted(t for t in tables if t.startswith("_alembic_tmp_"))
+    if leftovers:
+        raise StoreUnusable(f"the MLflow store {db} was left half-migrated (tables {', '.join(leftovers)}: an "
+                            "interrupted schema migration, e.g. two first runs at once before wildtrace locked it); "
+                            "move it aside: the next run makes a new one, and upload logs any run folder into it")
+
+
+def check_store(tracking_uri: str) -> None:
+    """Before the first request, without MLflow: a local store's folder takes files and its database opens.
+
+    StoreUnusable (naming the path) otherwise. A tracking server is not asked here: its first
+    call tells (and is bounded, see above).
+    """
+    db = sqlite_path(tracking_uri)
+    if db is None:
+        return
+    _check_folder(db)
+    with store_lock(db, exclusive=False):  # a migration in progress elsewhere has tables of its own
+        _check_database(db)
+
+
+def open_store(tracking_uri: str) -> None:
+    """Make a local store ready once per process: checked, then created / migrated under its lock.
+
+    MLflow creates and migrates a store when it first opens it, and caches it per URI: every
+    later client of this process (also MLflow's trace client) then finds it ready, whatever
+    other processes do. Servers and other databases are left to MLflow.
+    """
     from mlflow.tracking import MlflowClient
 
+    db = sqlite_path(tracking_uri)
+    if db is None:
+        return
+    with _READY_LOCK:
+        if tracking_uri in _READY:
+            return
+        _check_folder(db)
+        with store_lock(db, exclusive=True):
+            _check_database(db)
+            MlflowClient(tracking_uri=tracking_uri)  # opens the store: creates, migrates, verifies its schema
+        _READY.add(tracking_uri)
+
+
+def client_for(tracking_uri: str) -> Any:
+    """An explicit client: no global state, so jobs in one process never cross stores (see open_store)."""
+    from mlflow.tracking import MlflowClient
+
+    open_store(tracking_uri)
     return MlflowClient(tracking_uri=tracking_uri)
 
 

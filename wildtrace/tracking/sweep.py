@@ -27,6 +27,8 @@ from wildtrace.tracking.parent import refresh_parent
 from wildtrace.tracking.store import client_for, default_artifact_location, get_or_create_experiment
 
 PARENT_FILE = "mlflow_parent.json"
+#: MLflow's limit on a run name.
+NAME_CHARS = 250
 log = logging.getLogger("wildtrace.sweep")
 
 
@@ -99,6 +101,14 @@ def logs_to_stdout(logger: logging.Logger) -> bool:
     return False
 
 
+def sweep_name(overrides: list[str]) -> str:
+    """The parent run's name: the swept overrides (those with a comma) first, since they tell sweeps
+    apart, then the rest; past MLflow's limit the tail is cut with "…", never the swept part first."""
+    ordered = [o for o in overrides if "," in o] + [o for o in overrides if "," not in o]
+    name = "sweep · " + " ".join(ordered)
+    return name if len(name) <= NAME_CHARS else name[:NAME_CHARS - 1] + "…"
+
+
 class MlflowSweepCallback(Callback):
     """Hydra callback: a parent run around a multirun, closed whatever happens. Never raises."""
 
@@ -122,7 +132,7 @@ class MlflowSweepCallback(Callback):
             location = default_artifact_location(uri, config.mlflow.artifact_location, config.root)
             experiment_id = get_or_create_experiment(client, config.mlflow.experiment, location)
             overrides = " ".join(HydraConfig.get().overrides.task)
-            run = client.create_run(experiment_id, run_name=f"sweep · {overrides}"[:250],
+            run = client.create_run(experiment_id, run_name=sweep_name(HydraConfig.get().overrides.task),
                                     tags={"wildtrace.sweep": "parent", "hydra.overrides": overrides})
             Path(self._sweep_dir).mkdir(parents=True, exist_ok=True)
             parent_file(self._sweep_dir).write_text(json.dumps({"run_id": run.info.run_id, "tracking_uri": uri}))

@@ -31,6 +31,7 @@ from typing import Any
 from wildtrace.core.events import TaskDone
 from wildtrace.core.records import OUT_OF_CONTEXT
 from wildtrace.tracking.rundir import RunDir, task_status_of
+from wildtrace.tracking.store import open_store
 
 log = logging.getLogger("wildtrace.tracking")
 
@@ -93,6 +94,10 @@ def call_attributes(row: Mapping, model: str | None) -> dict[str, Any]:
                              MESSAGE_FORMAT: "openai"}
     if row.get("cached"):
         attrs["wildtrace.original_latency_s"] = row.get("original_latency_s")
+        attrs["wildtrace.original_cost_usd"] = row.get("original_cost_usd")
+    attrs["wildtrace.cost_usd"] = row.get("cost_usd")  # None (unknown) is left off, never written as 0
+    if row.get("batched"):  # sent through the provider's batch API (runtime/batch): its discount applies
+        attrs["wildtrace.batched"] = True
     if row.get("temperature_sent") is not None:
         sent = row["temperature_sent"]  # True, False, or "ignored" (sent; the provider documents it ignores it)
         attrs["wildtrace.temperature_sent"] = sent if isinstance(sent, str) else bool(sent)
@@ -282,6 +287,7 @@ def tracing_client(tracking_uri: str) -> Any:
     """MLflow's trace client for one store (explicit: the global tracking URI is never touched)."""
     from mlflow.tracing.client import TracingClient
 
+    open_store(tracking_uri)  # a new local store is created under its lock, never by a racing open
     return TracingClient(tracking_uri)
 
 

@@ -1,0 +1,492 @@
+"""Judge noise in the report, on runs whose noise is known by construction.
+
+Synthetic run directories are written in the shape a job writes (config.json, run_stats.json,
+scores.json, judgments.json with each item's points and the judge prompt, responses.json):
+a judge whose replicates flip each rubric item with a known probability, scores with known
+task, answer and judge variance, and two models a known gap apart. The real offline judge
+(judge_panel=offline_panel, thresholds jittered above temperature 0) is run too, and the
+offline tour end to end through MLflow.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import subprocess
+import sys
+from itertools import combinations
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.conftest import settings
+from wildtrace.core.prompts import judge_prompt
+from wildtrace.core.tasks import RubricItem
+from wildtrace.report import noise, render, sources
+from wildtrace.report.stats import Bootstrap
+from wildtrace.report.tables import build
+
+ROOT = Path(__file__).resolve().parents[1]
+ITEMS = 4  # rubric items of 25 points each
+
+
+def _config(model: str, judges: list[str], rep_d: int, rep_j: int, out_dir: Path, t: float = 0.1,
+            panel: str = "trio") -> dict:
+    return {
+        "model": {"name": model, "provider": "openai", "route": f"{model}-route", "base_url": "http://x/v1",
+                  "api_key_env": "K", "caps": {"en": 2850000, "cjk": 850000}},
+        "decoding": {"temperature": t, "max_tokens": None, "replicate": rep_d},
+        "judge_panel": {"name": panel, "temperature": 0.1, "max_tokens": 16384, "replicate": rep_j,
+                        "judges": {k: {"name": f"judge-{k}", "route": f"judge-{k}"} for k in judges}},
+        "dataset": {"name": "synthetic", "tasks": f"{out_dir}/tasks.json", "corpus": f"{out_dir}/corpus"},
+        "stage": "all", "out_dir": str(out_dir), "root": str(out_dir.parent), "progress": False,
+    }
+
+
+def write_run(root: Path, name: str, model: str, scores: dict[str, list[float]], rep_d: int = 0, rep_j: int = 0,
+              points: dict[str, list[list[float]]] | None = None, answers: list[str] | None = None,
+              served: dict[str, list[str]] | None = None, prompts: str = "p" * 64, **config) -> Path:
+    """One run directory: judge → a score per task (0–1); with ``points``, judgments.json too
+    (judge → per task, each item's points) with the spec's judge prompt for each answer."""
+    out = root / name
+    out.mkdir(parents=True)
+    n = len(next(iter(scores.values())))
+    qids = [f"q{i:03d}" for i in range(n)]
+    answers = answers or [f"answer {i} of {model} set {rep_d}" for i in range(n)]
+    rows = []
+    for i, qid in enumerate(qids):
+        judges = {k: {"status": "scored", "total": 100 * v[i], "score": v[i], "reason": None} for k, v in scores.items()}
+        rows.append({"question_id": qid, "status": "scored", "score": float(np.mean([v[i] for v in scores.values()])),
+                     "judges": judges, "paradigm": "causal", "context_tier": "T1"})
+    rubric = [RubricItem(25, f"criterion {k + 1} of task") for k in range(ITEMS)]
+    judgments = [{"question_id": qid, "judge": k, "status": "scored", "score": scores[k][i],
+                  "parsed": {"points_awarded": pts[i], "total": sum(pts[i])},
+                  "prompt": judge_prompt(f"question {qid}?", rubric, answers[i])}
+                 for k, pts in (points or {}).items() for i, qid in enumerate(qids)]
+    stats = {"run_date": f"2026-12-01T10:{rep_d:02d}:{rep_j:02d}+00:00", "effective_max_tokens": 8192,
+             "prompts_sha256": prompts, "served_models": served or {},
+             "dataset": {"tasks_sha256": "f" * 64, "release_version": "synthetic-1"}}
+    files = {"config.json": _config(model, list(scores), rep_d, rep_j, out, **config), "run_stats.json": stats,
+             "scores.json": {"tasks": rows},
+             "responses.json": [{"question_id": q, "status": "answered", "response": a} for q, a in zip(qids, answers)]}
+    if points:
+        files["judgments.json"] = judgments
+    for file, data in files.items():
+        (out / file).write_text(json.dumps(data), encoding="utf-8")
+    return out
+
+
+def report_of(root: Path, **boot):
+    return build(sources.from_run_dirs([str(root / "*")]), Bootstrap(**boot) if boot else Bootstrap())
+
+
+# --------------------------------------------------------------------------- intra-rater
+
+
+P_FLIP = 0.2  # each item's award flips from its truth with this probability, per replicate
+
+
+@pytest.fixture(scope="module")
+def flipping_judge(tmp_path_factory):
+    """Three judge replicates of 300 answers; judge a flips items with P_FLIP, judge b never."""
+    root = tmp_path_factory.mktemp("flips")
+    rng = np.random.default_rng(11)
+    truth = rng.random((300, ITEMS)) < 0.5
+    per_rep = []
+    for rep in range(3):
+        flips = rng.random((300, ITEMS)) < P_FLIP
+        a = np.where(truth ^ flips, 25.0, 0.0)
+        b = np.where(truth, 25.0, 0.0)
+        per_rep.append({"a": a, "b": b})
+        write_run(root, f"rep{rep}", "alpha", {k: list(v.sum(axis=1) / 100) for k, v in per_rep[-1].items()},
+                  rep_j=rep, points={k: v.tolist() for k, v in per_rep[-1].items()})
+    return root, per_rep
+
+
+def test_intra_rater_alpha_matches_the_krippendorff_package(flipping_judge):
+    import krippendorff
+
+    root, per_rep = flipping_judge
+    intra = report_of(root, resamples=200).agreement["intra_rater"]
+    assert set(intra) == {"a", "b"}
+    assert set(intra["a"]) == {"krippendorff_alpha_interval", "n_units", "n_replicates", "changed_rate",
+                               "mean_abs_change", "max_abs_change"}
+    data = np.array([rep["a"].sum(axis=1) / 100 for rep in per_rep])  # replicates × answers
+    expected = krippendorff.alpha(reliability_data=data, level_of_measurement="interval")
+    assert intra["a"]["krippendorff_alpha_interval"] == pytest.approx(expected, abs=1e-6)
+    assert (intra["a"]["n_units"], intra["a"]["n_replicates"]) == (300, 3)
+    changed = np.ptp(data, axis=0) > 0
+    assert intra["a"]["changed_rate"] == pytest.approx(changed.mean())
+    pairs = np.mean([np.abs(data[i] - data[j]) for i, j in combinations(range(3), 2)], axis=0)
+    assert intra["a"]["mean_abs_change"] == pytest.approx(pairs.mean())
+    assert intra["a"]["max_abs_change"] == pytest.approx(np.ptp(data, axis=0).max())
+    # the design: an answer's score stays put only if no item's award differs between replicates
+    same_item = (1 - P_FLIP) ** 3 + P_FLIP ** 3
+    assert intra["a"]["changed_rate"] == pytest.approx(1 - same_item ** ITEMS, abs=0.07)
+    assert intra["b"]["changed_rate"] == 0 and intra["b"]["mean_abs_change"] == 0
+    assert intra["b"]["krippendorff_alpha_interval"] == pytest.approx(1.0)
+
+
+def test_rubric_item_flips_come_out_as_designed(flipping_judge):
+    root, per_rep = flipping_judge
+    report = report_of(root, resamples=200)
+    items = report.agreement["intra_rater_items"]
+    stacked = np.stack([rep["a"] for rep in per_rep])  # replicates × answers × items
+    assert items["a"]["n_item_units"] == 300 * ITEMS
+    assert items["a"]["flip_rate"] == pytest.approx((np.ptp(stacked, axis=0) > 0).mean())
+    assert items["a"]["flip_rate"] == pytest.approx(1 - (1 - P_FLIP) ** 3 - P_FLIP ** 3, abs=0.04)
+    assert items["b"]["flip_rate"] == 0
+    flips = report.item_flips
+    first = flips[(flips["judge"] == "a") & (flips["question_id"] == "q000") & (flips["item"] == 2)].iloc[0]
+    assert first["criterion"] == "criterion 2 of task" and first["n_answers"] == 1
+    assert first["flip_rate"] == float(np.ptp(stacked[:, 0, 1]) > 0)
+
+
+def test_page_and_files_show_intra_rater_with_its_reading(flipping_judge, tmp_path):
+    root, _ = flipping_judge
+    report = report_of(root, resamples=200)
+    render.write(report, tmp_path)
+    saved = json.loads((tmp_path / "judge_agreement.json").read_text())
+    assert saved["intra_rater"]["a"]["krippendorff_alpha_interval"] == pytest.approx(
+        report.agreement["intra_rater"]["a"]["krippendorff_alpha_interval"], abs=0)
+    page = (tmp_path / "report.html").read_text()
+    judge_section = html.unescape(page[page.index('<section id="judge-agreement">'):
+                                       page.index('<section id="judge-splits">')])
+    assert "Each judge against itself (intra-rater)" in judge_section
+    assert "≥ 0.8 reliable, ≥ 0.667 tentative" in judge_section
+    alpha = report.agreement["intra_rater"]["a"]["krippendorff_alpha_interval"]
+    assert noise.interpretation(alpha) in judge_section
+    assert pd.read_csv(tmp_path / "intra_rater.csv").set_index("judge").loc["b", "changed_pct"] == 0
+
+
+@pytest.mark.parametrize("alpha,reading", [(0.8, "reliable (≥ 0.8)"), (0.95, "reliable (≥ 0.8)"),
+                                           (0.667, "tentative (≥ 0.667, < 0.8)"), (0.7999, "tentative (≥ 0.667, < 0.8)"),
+                                           (0.6669, "unreliable (< 0.667)"), (-0.2, "unreliable (< 0.667)"),
+                                           (None, "undefined (no variation to agree on)")])
+def test_alpha_reading_at_krippendorffs_thresholds(alpha, reading):
+    assert noise.interpretation(alpha) == reading
+
+
+def test_judge_replicates_need_the_same_answer_bytes(tmp_path):
+    """Answers that differ between the runs (not served from the cache) are not the same unit."""
+    scores = {"a": [0.2, 0.5, 0.9]}
+    write_run(tmp_path, "r0", "alpha", scores, rep_j=0, answers=["x", "y", "z"])
+    write_run(tmp_path, "r1", "alpha", {"a": [0.3, 0.5, 0.1]}, rep_j=1, answers=["x", "y", "other"])
+    intra = report_of(tmp_path, resamples=100).agreement["intra_rater"]["a"]
+    assert intra["n_units"] == 2 and intra["max_abs_change"] == pytest.approx(0.1)
+
+
+# --------------------------------------------------------------------------- decomposition
+
+
+SD_A, SD_J, T = 0.06, 0.04, 300
+
+
+def known_noise(root: Path, n_answers: int, n_judges: int, seed: int = 5) -> np.ndarray:
+    """Runs of one model: task truth μ_t, answer effect N(0, SD_A), grading effect N(0, SD_J)."""
+    rng = np.random.default_rng(seed)
+    mu = rng.uniform(0.3, 0.7, T)
+    for d in range(n_answers):
+        answer = mu + rng.normal(0, SD_A, T)
+        for j in range(n_judges):
+            score = answer + rng.normal(0, SD_J, T)
+            assert 0 < score.min() and score.max() < 1  # no clipping: the variances stay as drawn
+            write_run(root, f"d{d}j{j}", "alpha", {"a": list(score)}, rep_d=d, rep_j=j)
+    return mu
+
+
+def test_decomposition_recovers_known_task_answer_and_judge_spread(tmp_path):
+    mu = known_noise(tmp_path, 3, 3)
+    row = report_of(tmp_path, resamples=2000).noise[0]
+    assert (row["n_answer_replicates"], row["n_judge_replicates"]) == (3, 3)
+    runs = 9
+    assert row["sd_pp"]["judges"] == pytest.approx(100 * np.sqrt(SD_J ** 2 / (runs * T)), rel=0.1)
+    assert row["sd_pp"]["answers"] == pytest.approx(100 * np.sqrt(SD_A ** 2 / (3 * T)), rel=0.15)
+    assert row["sd_pp"]["tasks"] == pytest.approx(100 * np.sqrt(mu.var(ddof=1) / T), rel=0.15)
+    assert row["not_estimable"] == {}
+
+
+def test_judge_replicates_only_leave_answers_inside_tasks(tmp_path):
+    mu = known_noise(tmp_path, 1, 3)
+    report = report_of(tmp_path, resamples=2000)
+    row = report.noise[0]
+    assert row["sd_pp"]["answers"] is None and "one answer set" in row["not_estimable"]["answers"]
+    assert row["sd_pp"]["judges"] == pytest.approx(100 * np.sqrt(SD_J ** 2 / (3 * T)), rel=0.1)
+    with_answers = 100 * np.sqrt((mu.var(ddof=1) + SD_A ** 2) / T)  # the one answer set's draw is task sampling
+    assert row["sd_pp"]["tasks"] == pytest.approx(with_answers, rel=0.15)
+    saved = tmp_path / "out"
+    render.write(report, saved)
+    assert json.loads((saved / "noise.json").read_text())["rows"][0]["sd_pp"]["answers"] is None
+    assert (saved / "noise.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_answer_replicates_only_hold_the_judges_inside_answers(tmp_path):
+    known_noise(tmp_path, 3, 1)
+    row = report_of(tmp_path, resamples=2000).noise[0]
+    assert row["sd_pp"]["judges"] is None and "graded once" in row["not_estimable"]["judges"]
+    assert row["sd_pp"]["answers"] == pytest.approx(100 * np.sqrt((SD_A ** 2 + SD_J ** 2) / (3 * T)), rel=0.15)
+
+
+def test_a_row_without_replicates_has_no_noise_row(tmp_path):
+    write_run(tmp_path, "one", "alpha", {"a": [0.1, 0.2, 0.3]})
+    assert report_of(tmp_path, resamples=100).noise == []
+
+
+# --------------------------------------------------------------------------- gaps against noise
+
+
+def two_models(root: Path, shift: float, sd_j: float = 0.1, n: int = 50, reps: int = 3) -> None:
+    """beta = alpha + shift on every task, each graded ``reps`` times with noise N(0, sd_j)."""
+    rng = np.random.default_rng(3)
+    mu = rng.uniform(0.3, 0.6, n)
+    for model, offset in (("alpha", 0.0), ("beta", shift)):
+        for j in range(reps):
+            write_run(root, f"{model}{j}", model, {"a": list(np.clip(mu + offset + rng.normal(0, sd_j, n), 0, 1))},
+                      rep_j=j)
+
+
+@pytest.mark.parametrize("shift,within,words", [(0.0, True, "within judge noise"), (0.15, False, "beyond noise")])
+def test_leaderboard_gap_against_judge_noise(tmp_path, shift, within, words):
+    two_models(tmp_path, shift)
+    gap = report_of(tmp_path).gaps.iloc[0]
+    assert bool(gap["within_noise"]) is within and gap["noise"] == words
+    assert gap["ci_low_pp"] <= gap["gap_pp"] <= gap["ci_high_pp"]
+
+
+def test_resampling_replicates_widens_the_interval_as_the_design_predicts():
+    """A constant shift: the per-task differences vary only by judge noise, so the task bootstrap's
+    variance is 2σ²/(R·T). Resampling the R gradings (whole runs, weights w shared by the tasks) too
+    makes it 2σ²/T · (E[Σw²] + (R − 1)/R²) = 2σ²/T · (3R − 2)/R²: the width × √((3R − 2)/R) = √(7/3)."""
+    rng = np.random.default_rng(8)
+    n, reps, sd = 400, 3, 0.1
+    a = 0.5 + rng.normal(0, sd, (n, reps))
+    b = 0.52 + rng.normal(0, sd, (n, reps))
+    boot = Bootstrap(4000, 1)
+    with_reps = noise.noisy_difference(a, [0] * reps, b, [0] * reps, boot)
+    tasks_only = noise.noisy_difference(a.mean(axis=1), [0], b.mean(axis=1), [0], boot)
+    assert with_reps["mean_diff"] == pytest.approx(tasks_only["mean_diff"])
+    ratio = (with_reps["ci_high"] - with_reps["ci_low"]) / (tasks_only["ci_high"] - tasks_only["ci_low"])
+    assert ratio == pytest.approx(np.sqrt(7 / 3), rel=0.05)
+
+
+def test_replicate_weights_resample_answer_sets_then_gradings():
+    rng = np.random.default_rng(0)
+    weights = noise.replicate_weights([[0, 1, 2], [3]], 4, rng, 5000)
+    assert np.allclose(weights.sum(axis=1), 1.0)
+    # set 1 (one run) is drawn 0, 1 or 2 times of 2 draws: its weight is then 0, 1/4 or 1/2 … or 1 when alone
+    assert set(np.round(weights[:, 3], 6)) <= {0.0, 0.25, 1.0}
+    assert weights[:, 3].mean() == pytest.approx(0.5 * 0.25 * 2 * 0.5 + 0.25 * 1.0, abs=0.02)
+    assert np.array_equal(noise.replicate_weights([[0]], 1, rng, 3), np.ones((3, 1)))
+
+
+def test_one_setting_comparisons_say_whether_they_are_within_noise(tmp_path):
+    rng = np.random.default_rng(4)
+    mu = rng.uniform(0.3, 0.6, 60)
+    for j in range(3):
+        write_run(tmp_path, f"cool{j}", "alpha", {"a": list(mu + rng.normal(0, 0.1, 60))}, rep_j=j)
+        write_run(tmp_path, f"hot{j}", "alpha", {"a": list(mu + 0.005 + rng.normal(0, 0.1, 60))}, rep_j=j, t=0.7)
+    report = report_of(tmp_path)
+    comp = report.comparisons.iloc[0]
+    assert comp["setting"] == "temperature"
+    assert bool(comp["within_noise"]) is True
+    assert comp["noise"] == "within judge noise" and comp["judge_drift"] == ""
+    assert comp["noise_ci_low_pp"] <= comp["diff_pp"] <= comp["noise_ci_high_pp"]
+    written = tmp_path / "out"
+    render.write(report, written)
+    assert "within_noise" in pd.read_csv(written / "comparisons.csv").columns
+    page = (written / "report.html").read_text()
+    assert "within judge noise" in page
+    gaps = page[page.index('<section id="gaps">'):page.index('<section id="comparisons">')]
+    assert "1 of 1 within noise" in gaps  # the two rows are 0.5 pp apart by construction, judge sd 10 pp
+    assert "1 of 1 within noise" in page[page.index('<section id="comparisons">'):]
+
+
+def test_runs_without_replicates_say_only_task_sampling_was_measured(tmp_path):
+    write_run(tmp_path, "a", "alpha", {"a": [0.2, 0.4, 0.6, 0.8]})
+    write_run(tmp_path, "b", "beta", {"a": [0.2, 0.4, 0.6, 0.7]})
+    gap = report_of(tmp_path, resamples=200).gaps.iloc[0]
+    assert gap["noise"] == "within task sampling (no replicate to measure judge noise)"
+
+
+# --------------------------------------------------------------------------- splits and drift
+
+
+def test_judge_splits_rank_the_items_the_panel_disagrees_on(tmp_path):
+    pts = {"a": [[25, 25, 0, 0], [25, 0, 0, 0]], "b": [[25, 0, 0, 0], [25, 0, 25, 0]]}
+    scores = {k: [sum(p) / 100 for p in v] for k, v in pts.items()}
+    write_run(tmp_path, "r", "alpha", scores, points=pts)
+    splits = report_of(tmp_path, resamples=100).splits
+    assert [(r.question_id, r.item) for r in splits.itertuples()] == [("q000", 2), ("q001", 3)]
+    top = splits.iloc[0]
+    assert (top["criterion"], top["points_a"], top["points_b"], top["split_rate"]) == \
+        ("criterion 2 of task", 25, 0, 1.0)
+
+
+def test_judge_failures_are_counted_as_parse_or_call_failures(tmp_path):
+    out = write_run(tmp_path, "r", "alpha", {"a": [0.1, 0.2, 0.3, 0.4]})
+    scores = json.loads((out / "scores.json").read_text())
+    for i, reason in ((1, "no_numeric_total"), (2, "http_error"), (3, "empty_reply")):
+        scores["tasks"][i]["judges"]["a"] = {"status": "unavailable", "total": None, "score": None, "reason": reason}
+    (out / "scores.json").write_text(json.dumps(scores))
+    judge = report_of(tmp_path, resamples=100).agreement["judges"]["a"]
+    assert (judge["n_calls"], judge["n"], judge["n_parse_failures"], judge["n_call_failures"]) == (4, 1, 2, 1)
+    assert judge["unavailable_rate"] == pytest.approx(0.75)
+
+
+@pytest.mark.parametrize("served_b,prompts_b,drift", [
+    ({"a": ["judge-a-0501"]}, "p" * 64, ""),
+    ({"a": ["judge-a-0601"]}, "p" * 64, "served model of a (judge-a-0501 vs judge-a-0601)"),
+    ({"a": ["judge-a-0501"]}, "q" * 64, "judge prompt digest"),
+    ({"a": ["judge-a-0601"]}, "q" * 64, "judge prompt digest; served model of a (judge-a-0501 vs judge-a-0601)"),
+])
+def test_comparisons_label_judges_whose_served_model_or_prompt_differs(tmp_path, served_b, prompts_b, drift):
+    scores = {"a": [0.2, 0.4, 0.6, 0.8]}
+    write_run(tmp_path, "cool", "alpha", scores, served={"a": ["judge-a-0501"]})
+    write_run(tmp_path, "hot", "alpha", scores, served=served_b, prompts=prompts_b, t=0.7)
+    comp = report_of(tmp_path, resamples=100).comparisons.iloc[0]
+    assert comp["setting"] == "temperature" and comp["judge_drift"] == drift  # labelled, still compared
+
+
+def test_judge_settings_drift_within_a_replicated_row_is_labelled(tmp_path):
+    scores = {"a": [0.2, 0.4, 0.6, 0.8]}
+    write_run(tmp_path, "r0", "alpha", scores, served={"a": ["judge-a-0501"]})
+    write_run(tmp_path, "r1", "alpha", scores, rep_j=1, served={"a": ["judge-a-0601"]})  # the endpoint moved
+    write_run(tmp_path, "hot", "alpha", scores, served={"a": ["judge-a-0501"]}, t=0.7)
+    report = report_of(tmp_path, resamples=100)
+    assert report.comparisons.iloc[0]["judge_drift"] == "served model of a (judge-a-0501 vs judge-a-0601)"
+    assert report.replicates.iloc[0]["judge_drift"] == "served model of a (judge-a-0501 vs judge-a-0601)"
+
+
+# --------------------------------------------------------------------------- the real offline judge
+
+
+def test_offline_panel_replicates_move_only_above_temperature_0(tmp_path):
+    """judge_panel=offline_panel: at judge temperature 0 the replicates agree exactly (alpha 1, no
+    change); at 0.1 the thresholds wobble and the report's alpha equals the package's on the files."""
+    import krippendorff
+
+    from wildtrace.runtime.run import run
+
+    for t in (0.0, 0.1):
+        for rep in range(3):
+            cfg = settings(tmp_path, ["judge_panel=offline_panel", f"judge_panel.temperature={t}",
+                                      f"judge_panel.replicate={rep}"])
+            cfg.out_dir = str(tmp_path / "runs" / f"t{t}" / f"rep{rep}")
+            run(cfg)
+    still = report_of(tmp_path / "runs" / "t0.0", resamples=100).agreement["intra_rater"]
+    assert set(still) == {"lenient", "balanced", "strict"}
+    assert all(v["changed_rate"] == 0 and v["krippendorff_alpha_interval"] == pytest.approx(1.0)
+               for v in still.values())
+    moving = report_of(tmp_path / "runs" / "t0.1", resamples=100)
+    for judge, row in moving.agreement["intra_rater"].items():
+        data = [[t["judges"][judge]["score"] for t in json.loads((tmp_path / "runs" / "t0.1" / f"rep{r}" /
+                                                                  "scores.json").read_text())["tasks"]]
+                for r in range(3)]
+        array = np.array([[np.nan if v is None else v for v in rep] for rep in data])
+        expected = krippendorff.alpha(reliability_data=array, level_of_measurement="interval")
+        assert row["krippendorff_alpha_interval"] == pytest.approx(expected, abs=1e-6)
+    assert sum(v["changed_rate"] for v in moving.agreement["intra_rater"].values()) > 0
+    assert moving.noise[0]["sd_pp"]["judges"] > 0 and moving.noise[0]["sd_pp"]["answers"] is None
+
+
+# --------------------------------------------------------------------------- the tour, end to end
+
+
+@pytest.mark.slow
+def test_offline_tour_end_to_end(tmp_path):
+    """`python -m wildtrace -m judge_panel=offline_panel judge_panel.replicate=0,1,2`, then
+    `python -m wildtrace.report`: intra-rater alpha of each judge in judge_agreement.json (as the
+    package computes it from the runs' files), the page's reading, noise.json, the run's metrics."""
+    import krippendorff
+    from mlflow.tracking import MlflowClient
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    root = tmp_path / "outputs"
+    sweep = subprocess.run([sys.executable, "-m", "wildtrace", "-m", "judge_panel=offline_panel",
+                            "judge_panel.replicate=0,1,2", f"root={root}"], capture_output=True, text=True, env=env,
+                           timeout=600, cwd=tmp_path)
+    assert sweep.returncode == 0, sweep.stderr[-3000:]
+    proc = subprocess.run([sys.executable, "-m", "wildtrace.report", f"root={root}"], capture_output=True,
+                          text=True, env=env, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = Path(next(line for line in proc.stdout.splitlines() if line.startswith("report: ")).split(": ", 1)[1]).parent
+    intra = json.loads((out / "judge_agreement.json").read_text())["intra_rater"]
+    assert set(intra) == {"lenient", "balanced", "strict"}
+    run_dirs = sorted(p for p in (root / "multirun").glob("*/*/[0-9]*") if p.is_dir())
+    assert len(run_dirs) == 3
+    for judge, row in intra.items():
+        by_rep = {}
+        for d in run_dirs:
+            rep = json.loads((d / "config.json").read_text())["judge_panel"]["replicate"]
+            tasks = json.loads((d / "scores.json").read_text())["tasks"]
+            by_rep[rep] = [t["judges"][judge]["score"] for t in sorted(tasks, key=lambda t: t["question_id"])]
+        array = np.array([[np.nan if v is None else v for v in by_rep[r]] for r in sorted(by_rep)], dtype=float)
+        expected = krippendorff.alpha(reliability_data=array, level_of_measurement="interval")
+        assert row["krippendorff_alpha_interval"] == pytest.approx(expected, abs=1e-6)
+        assert row["n_replicates"] == 3
+    page = html.unescape((out / "report.html").read_text())
+    for row in intra.values():
+        assert noise.interpretation(row["krippendorff_alpha_interval"]) in page
+    rows = json.loads((out / "noise.json").read_text())["rows"]
+    assert len(rows) == 1 and set(rows[0]["sd_pp"]) == {"tasks", "answers", "judges"}
+    assert rows[0]["n_judge_replicates"] == 3 and rows[0]["n_answer_replicates"] == 1
+    assert rows[0]["sd_pp"]["answers"] is None and rows[0]["sd_pp"]["judges"] > 0
+    run_id = next(line for line in proc.stdout.splitlines() if line.startswith("mlflow: run ")).split()[2]
+    metrics = MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow.db'}").get_run(run_id).data.metrics
+    for judge, row in intra.items():
+        assert metrics[f"intra_rater.{judge}.krippendorff_alpha_interval"] == \
+            pytest.approx(row["krippendorff_alpha_interval"], abs=1e-4)
+        assert metrics[f"intra_rater.{judge}.n_units"] == 10
+
+
+# --------------------------------------------------------------------------- MLflow names that say what differs
+
+
+def _named(judges: list[str], overrides: list[str]) -> str:
+    from wildtrace.tracking.mlflow_logger import readable_name
+
+    config = {"model": {"name": "extractive", "send_temperature": True},
+              "judge_panel": {"name": "offline_panel", "replicate": 1, "judges": {k: {} for k in judges}},
+              "decoding": {"temperature": 0.1, "max_tokens": None, "replicate": 0}}
+    return readable_name(config, {"effective_max_tokens": 8192, "overrides": overrides}, "2026-12-01T10:00:05+00:00")
+
+
+@pytest.mark.parametrize("judges,overrides,expected", [
+    (["balanced", "lenient", "strict"], ["judge_panel=offline_panel"],
+     "extractive · offline_panel · t=0.1 mt=8192 · rep=0/1 · 12-01 10:00:05"),
+    (["balanced", "lenient"], ["judge_panel=offline_panel", "~judge_panel.judges.strict"],
+     "extractive · offline_panel judges=balanced,lenient · t=0.1 mt=8192 · rep=0/1 · 12-01 10:00:05"),
+    (["balanced", "lenient", "strict", "x"], ["+judge_panel.judges.x={name: x}"],
+     "extractive · offline_panel judges=balanced,lenient,strict,x · t=0.1 mt=8192 · rep=0/1 · 12-01 10:00:05"),
+    (["balanced", "lenient", "strict"], ["judge_panel.judges.strict.route=other"],  # a setting, not membership
+     "extractive · offline_panel · t=0.1 mt=8192 · rep=0/1 · 12-01 10:00:05"),
+])
+def test_mlflow_run_names_name_an_ablations_members(judges, overrides, expected):
+    assert _named(judges, overrides) == expected
+
+
+def test_sweep_names_put_the_swept_overrides_first_and_fit_mlflow():
+    from wildtrace.tracking.sweep import NAME_CHARS, sweep_name
+
+    assert sweep_name(["root=/a/b", "judge_panel=offline_panel", "judge_panel.replicate=0,1,2"]) == \
+        "sweep · judge_panel.replicate=0,1,2 root=/a/b judge_panel=offline_panel"
+    long = sweep_name(["root=/" + "x" * 400, "decoding.temperature=0.1,0.4"])
+    assert len(long) == NAME_CHARS and long.startswith("sweep · decoding.temperature=0.1,0.4 ") and long[-1] == "…"
+
+
+def test_report_metrics_are_legal_readable_and_rounded(flipping_judge):
+    from mlflow.utils.validation import validate_param_and_metric_name
+
+    from wildtrace.report.publish import report_metrics
+
+    root, _ = flipping_judge
+    report = report_of(root, resamples=200)
+    metrics = report_metrics(report)
+    alpha = report.agreement["intra_rater"]["a"]["krippendorff_alpha_interval"]
+    assert metrics["intra_rater.a.krippendorff_alpha_interval"] == round(alpha, 4) != alpha
+    assert metrics["intra_rater.a.n_units"] == 300
+    assert "noise.alpha.sd_pp_judges" in metrics and "noise.alpha.sd_pp_answers" not in metrics  # null: not logged
+    assert all(validate_param_and_metric_name(k) for k in metrics)

@@ -1,0 +1,22 @@
+"""Batch mode: the stage's calls through the providers' batch APIs, at their discount.
+
+One path, two transports. A batch item is the request a synchronous call would send
+(the plain, non-streamed body: the very bytes its cache key is made from), its custom_id
+is that cache key, and its result goes through the provider's own parser
+(``runtime.http.interpret``) into the same outcome cache. So a synchronous rerun of the
+same config sends nothing, and a batch run after a synchronous one sends nothing.
+
+- ``ledger``: every batch created is recorded (cache folder and run folder, atomically)
+  the moment the provider returns its id, so a run killed while a batch is pending
+  resumes by polling that batch;
+- ``openai`` / ``anthropic`` / ``gemini``: the batch APIs (Files + Batches; Message Batches;
+  batchGenerateContent with inline requests);
+- ``runner``: rounds of batches for one endpoint: resume, create, poll, collect, re-send
+  the transient failures and the unfinished items of an expired or cancelled batch;
+- ``phase``: what the pipeline calls before its workers start: answers first, then the
+  judges, each endpoint in batch only when its config says ``batch: true``.
+"""
+
+from wildtrace.runtime.batch.phase import BatchSettings, batch_phase
+
+__all__ = ["BatchSettings", "batch_phase"]

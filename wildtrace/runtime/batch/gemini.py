@@ -1,0 +1,152 @@
+"""Gemini's batch mode: ``models/{model}:batchGenerateContent`` with inline requests, the
+long-running operation polled at ``/v1beta/{batches/…}``.
+
+Shapes as in the Gemini API reference (ai.google.dev/api/batch-mode) and the google-genai
+SDK: the batch is ``{"batch": {"display_name", "input_config": {"requests": {"requests":
+[{"request": <GenerateContentRequest>, "metadata": {"key": <custom_id>}}]}}}}``; the answer
+and each poll are an Operation ``{"name": "batches/…", "metadata": {"state", "batchStats"},
+"done", "response": {"inlinedResponses": {"inlinedResponses": [{"response" | "error",
+"metadata": {"key"}}]}}}``. States: BATCH_STATE_PENDING, _RUNNING, _SUCCEEDED, _FAILED,
+_CANCELLED, _EXPIRED. int64 counts arrive as JSON strings. Inline input is limited to
+20 MB per batch, so large stages are split into several batches (file input is not used).
+The results are in the finished operation itself: that one answer is bounded by the
+items' count × the endpoint's response bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.parse
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from wildtrace.providers.base import error_status
+from wildtrace.runtime.batch.base import (
+    BatchAPI,
+    BatchError,
+    Item,
+    Line,
+    Status,
+    file_chunks,
+)
+
+TERMINAL = frozenset({"BATCH_STATE_SUCCEEDED", "BATCH_STATE_FAILED", "BATCH_STATE_CANCELLED", "BATCH_STATE_EXPIRED"})
+#: Gemini's inline-request limit (20 MB per batch request); no documented request count limit.
+MAX_ITEMS, MAX_BYTES = 100_000, 20 * 1000 * 1000
+BATCH_ID = "batches/"
+
+
+def _counts(value: Any) -> dict[str, int]:
+    """batchStats with its int64 strings as numbers."""
+    if not isinstance(value, dict):
+        return {}
+    out = {}
+    for key, count in value.items():
+        if isinstance(count, str) and count.isdigit() and len(count) < 19:
+            count = int(count)
+        if isinstance(count, int) and not isinstance(count, bool):
+            out[str(key)] = count
+    return out
+
+
+class GeminiBatch(BatchAPI):
+    """batchGenerateContent under the endpoint's base URL."""
+
+    provider = "gemini"
+    max_items, max_bytes = MAX_ITEMS, MAX_BYTES
+
+    def __init__(self, control: Any, endpoint_url: str, max_line: int) -> None:
+        super().__init__(control)
+        if not endpoint_url.endswith(":generateContent"):
+            raise ValueError(f"not a generateContent URL: {endpoint_url}")
+        self.create_url = endpoint_url[: -len(":generateContent")] + ":batchGenerateContent"
+        self.max_line = max_line
+        self.done: dict[str, dict] = {}  # batch id → the finished operation (it holds the results)
+
+    def item_bytes(self, item: Item) -> int:
+        return item.size + len(item.custom_id) + 48
+
+    async def create(self, items: list[Item], spool: Path) -> tuple[str, str | None]:
+        """One POST whose inline requests are each item's exact bytes, streamed from the spool."""
+        path = spool / f"gemini-{items[0].custom_id[:16]}-{len(items)}.json"
+        await asyncio.to_thread(_write, path, items)  # off the event loop
+        size = path.stat().st_size
+        try:
+            operation = await self.control.json("POST", self.create_url, content=lambda: file_chunks(path),
+                                                headers={"content-type": "application/json",
+                                                         "content-length": str(size)})
+        finally:
+            path.unlink(missing_ok=True)
+        name = operation.get("name") if isinstance(operation, dict) else None
+        if not isinstance(name, str) or not name.startswith(BATCH_ID):
+            raise BatchError(f"the batch was created without a batches/ name: {str(operation)[:300]}")
+        return name[len(BATCH_ID):], None
+
+    def _url(self, batch_id: str) -> str:
+        root = self.create_url.split("/v1beta/", 1)[0]
+        return f"{root}/v1beta/{BATCH_ID}{urllib.parse.quote(batch_id, safe='')}"
+
+    async def status(self, batch_id: str) -> Status:
+        """The operation's metadata.state and batchStats; a finished one is kept for ``results``."""
+        limit = (self.max_line + 1) * (MAX_ITEMS + 16)
+        operation = await self.control.json("GET", self._url(batch_id), limit=limit)
+        if not isinstance(operation, dict):
+            raise BatchError(f"batch {batch_id}: not an operation: {str(operation)[:300]}")
+        meta = operation.get("metadata") if isinstance(operation.get("metadata"), dict) else {}
+        state = str(meta.get("state") or "unknown")
+        problem = None
+        if isinstance(operation.get("error"), dict):
+            problem = str(operation["error"].get("message") or operation["error"])[:2000]
+        terminal = state in TERMINAL or operation.get("done") is True
+        if terminal:
+            self.done[batch_id] = operation
+        return Status(state, terminal, _counts(meta.get("batchStats")), {}, problem)
+
+    async def results(self, batch_id: str, status: Status, wanted: set[str], max_line: int) -> AsyncIterator[Line]:
+        """The finished operation's inline responses, matched by metadata.key."""
+        operation = self.done.pop(batch_id, None) or {}
+        for entry in _inlined(operation):
+            line = _line(entry, wanted)
+            if line is not None:
+                yield line
+
+
+def _write(path: Path, items: list[Item]) -> None:
+    head = {"display_name": f"wildtrace-{items[0].custom_id[:16]}-{len(items)}"}
+    with open(path, "wb") as out:
+        out.write(b'{"batch":' + json.dumps(head).encode()[:-1] + b',"input_config":{"requests":{"requests":[')
+        for i, item in enumerate(items):
+            out.write((b"," if i else b"") + b'{"request":')
+            out.write(item.path.read_bytes())
+            out.write(b',"metadata":' + json.dumps({"key": item.custom_id}).encode() + b"}")
+        out.write(b"]}}}}")
+
+
+def _inlined(operation: dict) -> list[Any]:
+    for field in ("response", "output"):
+        holder = operation.get(field)
+        if not isinstance(holder, dict):
+            holder = (operation.get("metadata") or {}).get(field) if isinstance(operation.get("metadata"), dict) else None
+        inline = holder.get("inlinedResponses") if isinstance(holder, dict) else None
+        if isinstance(inline, dict):
+            inline = inline.get("inlinedResponses")
+        if isinstance(inline, list):
+            return inline
+    return []
+
+
+def _line(entry: Any, wanted: set[str]) -> Line | None:
+    if not isinstance(entry, dict):
+        return None
+    meta = entry.get("metadata")
+    key = meta.get("key") if isinstance(meta, dict) else None
+    if key not in wanted:
+        return None
+    if isinstance(entry.get("response"), dict):
+        return Line(key, 200, entry["response"])
+    error = entry.get("error")
+    if isinstance(error, dict):
+        return Line(key, error_status(error), {"error": error}, error=str(error.get("message") or error)[:2000])
+    return None

@@ -1,0 +1,191 @@
+"""Batch mode in the pipeline: answers first, then the judges, before the workers start.
+
+The phase only fills ``Endpoint.ready`` (and the cache); the pipeline then runs as in a
+synchronous run and every call it makes for a batched endpoint finds its outcome there, so
+records, judging, scoring, the observer and the run files are the synchronous path's own.
+When only judges are in batch, the answers are fetched first (synchronously, at the
+model's ``max_concurrency``) so the judges' batch can hold every answer's judgment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from wildtrace.core import records as R
+from wildtrace.core.caps import decide
+from wildtrace.core.prompts import judge_prompt
+from wildtrace.core.records import CallResult
+from wildtrace.core.tasks import Task
+from wildtrace.providers.anthropic import ANTHROPIC_VERSION
+from wildtrace.runtime.batch.anthropic import AnthropicBatch
+from wildtrace.runtime.batch.base import LINE_OVERHEAD, BatchAPI, Control
+from wildtrace.runtime.batch.gemini import GeminiBatch
+from wildtrace.runtime.batch.ledger import Ledger
+from wildtrace.runtime.batch.openai import OpenAIBatch
+from wildtrace.runtime.batch.runner import Runner, Want
+from wildtrace.runtime.http import Endpoint, Prepared, interpret
+from wildtrace.runtime.served import enforce
+
+log = logging.getLogger(__name__)
+
+#: Wire formats with a batch API here.
+SUPPORTED = ("openai", "anthropic", "gemini")
+
+
+@dataclass(frozen=True)
+class BatchSettings:
+    """Which endpoints go through the batch API, how often to poll, how long to wait, where to write."""
+
+    labels: frozenset[str]  #: "model" and/or judge keys
+    poll_s: float
+    max_wait_h: float
+    run_dir: Path  #: batches.json goes here (and the spooled request bytes while they are needed)
+    shared_dir: Path | None  #: <cache.dir>/batches: the records a resumed run finds; None without a cache
+
+
+def api_for(endpoint: Endpoint, url: str) -> BatchAPI:
+    """The batch API of an endpoint's wire format (validated in config: openai, anthropic, gemini)."""
+    spec = endpoint.provider.spec
+    headers = {"anthropic-version": ANTHROPIC_VERSION} if spec.provider == "anthropic" else {}
+    control = Control(spec.base_url, endpoint.auth, headers, endpoint.retry, min(spec.timeout_s, 600.0))
+    if spec.provider == "anthropic":
+        return AnthropicBatch(control)
+    if spec.provider == "openai":
+        return OpenAIBatch(control, url)
+    if spec.provider == "gemini":
+        return GeminiBatch(control, url, endpoint.max_response_bytes + LINE_OVERHEAD)
+    raise ValueError(f"{endpoint.label}: provider {spec.provider!r} has no batch mode here "
+                     f"(choose from {', '.join(SUPPORTED)})")
+
+
+def _known(endpoint: Endpoint, key: str) -> CallResult | None:
+    """The outcome this run or the cache already holds for a key (None: it must be sent)."""
+    if key in endpoint.ready:
+        return endpoint.ready[key]
+    stored = endpoint.cache.get(key)
+    if stored is None:
+        return None
+    return interpret(endpoint.provider, stored["payload"], stored["http_status"], stored["attempts"], 0.0)
+
+
+def _spool(spool: Path, prepared: Prepared, temperature_sent: bool | str) -> Want:
+    path = spool / f"{prepared.key}.json"
+    path.write_bytes(prepared.content)
+    return Want(prepared.material, path, len(prepared.content), temperature_sent)
+
+
+async def _through_batch(endpoint: Endpoint, wants: dict[str, Want], url: str, settings: BatchSettings,
+                         ledger: Ledger, stop: asyncio.Event, show: Callable[[str, str], None]) -> None:
+    if not wants:
+        return
+    api = api_for(endpoint, url)
+    try:
+        await Runner(endpoint, api, ledger, settings.poll_s, settings.max_wait_h, stop, show).run(wants)
+    finally:
+        await api.control.aclose()
+
+
+async def batch_phase(plan: Any, prepare: Callable[[Task], Any], stop: asyncio.Event, settings: BatchSettings,
+                      show: Callable[[str, str], None]) -> None:
+    """Fetch the batched endpoints' outcomes into ``Endpoint.ready``: answers, then judgments."""
+    batched_judges = [j for j in plan.judges if j.label in settings.labels]
+    model = plan.model
+    model_batched = model is not None and model.label in settings.labels and plan.given_answers is None
+    if not model_batched and not batched_judges:
+        return
+    spool = settings.run_dir / "batch-spool"
+    spool.mkdir(parents=True, exist_ok=True)
+    ledger = Ledger(settings.shared_dir, settings.run_dir)
+    try:
+        answers = await _answers(plan, prepare, stop, settings, ledger, spool, show, model_batched)
+        if stop.is_set() or not batched_judges:
+            return
+        await asyncio.gather(*(_judges(plan, judge, answers, stop, settings, ledger, spool, show)
+                               for judge in batched_judges))
+    finally:
+        shutil.rmtree(spool, ignore_errors=True)
+
+
+async def _answers(plan: Any, prepare: Callable[[Task], Any], stop: asyncio.Event, settings: BatchSettings,
+                   ledger: Ledger, spool: Path, show: Callable[[str, str], None], batched: bool) -> dict[str, str]:
+    """Every task's answer text (answered tasks only), sent in batch when the model is batched."""
+    if plan.given_answers is not None:
+        return {qid: row["response"] for qid, row in plan.given_answers.items()
+                if row.get("status") == R.ANSWERED and isinstance(row.get("response"), str)}
+    model: Endpoint = plan.model
+    keys: dict[str, str] = {}
+    wants: dict[str, Want] = {}
+    in_scope = [t for t in plan.dataset.tasks if _in_scope(plan, t)]
+
+    async def one(task: Task) -> None:
+        try:
+            ready = await asyncio.to_thread(prepare, task)
+        except Exception:  # an unreadable document: the pipeline's worker reports it as it would
+            return
+        prepared = ready.prepared
+        keys[task.question_id] = prepared.key
+        if _known(model, prepared.key) is not None:
+            return
+        if batched:
+            if prepared.key not in wants:
+                wants[prepared.key] = await asyncio.to_thread(
+                    _spool, spool, prepared, model.provider.temperature_sent(prepared.request))
+            return
+        result = await model.call(prepared.request, plan.answer_replicate, ready.cost, prepared)
+        model.ready[prepared.key] = result
+        if model.temperature_dropped:  # the pipeline will ask for the request without temperature
+            plain = model.prepare(model.provider.without_temperature(prepared.request), plan.answer_replicate)
+            model.ready[plain.key] = result
+
+    limit = 1 if batched else model.provider.spec.max_concurrency
+    queue = list(reversed(in_scope))
+
+    async def worker() -> None:
+        while queue and not stop.is_set():
+            await one(queue.pop())
+
+    await asyncio.gather(*(worker() for _ in range(min(limit, len(in_scope)) or 1)))
+    if batched and not stop.is_set():
+        await _through_batch(model, wants, _model_url(plan), settings, ledger, stop, show)
+    texts = {}
+    for qid, key in keys.items():
+        result = _known(model, key)
+        if result is not None:  # the served-model rule, as the pipeline applies it before judging
+            result = enforce(plan.served.get("model"), result)
+        if result is not None and result.ok and result.text:
+            texts[qid] = result.text
+    return texts
+
+
+def _in_scope(plan: Any, task: Task) -> bool:
+    document = plan.dataset.document(task)
+    return decide(document.chars, document.ideographs, plan.caps).in_scope
+
+
+def _model_url(plan: Any) -> str:
+    """The model's synchronous URL (its path is the batch line's ``url``)."""
+    return plan.model.provider.build_request("", plan.answer_sampling).url
+
+
+async def _judges(plan: Any, judge: Endpoint, answers: dict[str, str], stop: asyncio.Event, settings: BatchSettings,
+                  ledger: Ledger, spool: Path, show: Callable[[str, str], None]) -> None:
+    """One judge's calls for every answered task, in batch (the requests the pipeline would send)."""
+    wants: dict[str, Want] = {}
+    url = ""
+    for task in plan.dataset.tasks:
+        response = answers.get(task.question_id)
+        if response is None:
+            continue
+        request = judge.provider.build_request(judge_prompt(task.question_text, task.rubric, response),
+                                               plan.judge_sampling)
+        url = request.url
+        prepared = judge.prepare(request, plan.judge_replicate)
+        if _known(judge, prepared.key) is None and prepared.key not in wants:
+            wants[prepared.key] = _spool(spool, prepared, judge.provider.temperature_sent(request))
+    await _through_batch(judge, wants, url, settings, ledger, stop, show)
