@@ -24,7 +24,7 @@ import shlex  # noqa: E402
 import pytest  # noqa: E402
 
 #: Entry points that are Hydra apps, and the config each composes.
-HYDRA_APPS = {"wildtrace": "config", "wildtrace.check": "config", "wildtrace.estimate": "config",
+HYDRA_APPS = {"wildtrace": "config", "wildtrace.check": "check", "wildtrace.estimate": "estimate",
               "wildtrace.probe": "probe", "wildtrace.report": "report"}
 #: Entry points with argparse flags.
 ARGPARSE_APPS = ("wildtrace.upload", "wildtrace.download", "wildtrace.paper")
@@ -93,7 +93,7 @@ def test_a_documented_hydra_command_composes(where, command):
         with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
             cfg = compose(config_name=HYDRA_APPS[module], overrides=overrides,
                           return_hydra_config=any(o.startswith("hydra") for o in overrides))
-        if HYDRA_APPS[module] == "config":
+        if HYDRA_APPS[module] in ("config", "check", "estimate"):
             check_overrides(overrides)
             with open_dict(cfg):
                 cfg.pop("hydra", None)

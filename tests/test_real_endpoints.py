@@ -228,7 +228,8 @@ def test_a_401_that_echoes_the_key_leaves_no_trace_of_it(tmp_path, release, test
         assert test_key not in text and test_key[:12] not in text
     rows = json.loads((result.out_dir / "responses.json").read_text())
     assert all(r["reason"] == R.HTTP_ERROR and "[REDACTED]" in r["error"] for r in rows)
-    assert "model: 3/3 calls failed (http_error 3): HTTP 401: Incorrect API key provided: [REDACTED]" in out
+    # run() returns the headline redacted; the entry point prints it (tests/test_entry_points.py)
+    assert "model: 3/3 calls failed (http_error 3): HTTP 401: Incorrect API key provided: [REDACTED]" in result.headline
 
 
 # ---------------------------------------------------------------------- quota and retry hints

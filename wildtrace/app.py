@@ -1,7 +1,8 @@
-"""The thin Hydra entry point: compose → check keys → convert once → run → print the headline."""
+"""The thin Hydra entry point: check names → compose → check keys → convert once → run → print the headline."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 from pathlib import Path
@@ -13,8 +14,10 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from wildtrace.config import ConfigError, WildtraceConfig, register, to_settings
-from wildtrace.config_check import check_known_keys, check_overrides, check_retired
+from wildtrace.config_check import (check_known_keys, check_override_names, check_overrides, check_reserved,
+                                    check_retired)
 from wildtrace.core.events import RunObserver
+from wildtrace.exitcodes import fail
 
 if TYPE_CHECKING:
     from wildtrace.runtime.run import RunResult
@@ -90,8 +93,7 @@ class RunDirCheck(Callback):
         try:
             check_writable(Path(str(OmegaConf.select(config, key))), f"the run directory ({key})")
         except StorageError as exc:
-            print(f"wildtrace: error: {exc}", file=sys.stderr)
-            raise SystemExit(2) from None
+            fail("wildtrace", exc)
 
 
 def prepare(dict_cfg: DictConfig, overrides: list[str] | None = None, refuse_retired: bool = True) -> WildtraceConfig:
@@ -103,6 +105,7 @@ def prepare(dict_cfg: DictConfig, overrides: list[str] | None = None, refuse_ret
     check_overrides(overrides or [])
     check_known_keys(dict_cfg)
     settings = to_settings(dict_cfg)
+    check_reserved(settings)  # a judge keyed "model" would take the model's endpoint
     try:
         check_retired(settings, Path(CONF_DIR))
     except ConfigError as exc:
@@ -111,6 +114,57 @@ def prepare(dict_cfg: DictConfig, overrides: list[str] | None = None, refuse_ret
         logging.getLogger("wildtrace").warning("%s. A run of this config would be refused before any request; "
                                                "it is estimated all the same", exc)
     return settings
+
+
+def command_line_overrides(argv: list[str] | None = None) -> list[str] | None:
+    """The overrides of a Hydra command line, as Hydra's own parser splits them from its flags.
+
+    None when the command reads another config tree (``--config-dir``, ``--config-path``,
+    ``--config-name``, ``hydra.searchpath``): its groups and keys are not this tree's to check.
+    """
+    from hydra._internal.utils import get_args_parser
+
+    known, _ = get_args_parser().parse_known_args(sys.argv[1:] if argv is None else argv)
+    overrides = list(known.overrides or [])
+    if known.config_dir or known.config_path or known.config_name or any(
+            o.lstrip("+~").startswith("hydra.searchpath") for o in overrides):
+        return None
+    return overrides
+
+
+def check_command_line(prog: str, schema_cls: type = WildtraceConfig, conf_dir: Path | None = Path(CONF_DIR),
+                       argv: list[str] | None = None) -> None:
+    """Before Hydra composes: a mistyped group or key exits 2 with the nearest valid name.
+
+    Hydra's own answer to ``judge_pannel=offline`` is "To append to your config use +judge_pannel=…"
+    (exit 1): the `+` would only add a key the schema then refuses.
+    """
+    overrides = command_line_overrides(argv)
+    if overrides is None:
+        return
+    try:
+        check_override_names(overrides, schema_cls, conf_dir)
+    except ConfigError as exc:
+        fail(prog, exc)
+
+
+def discard_rejected(run_dir: Path) -> None:
+    """Remove a run directory that holds only what Hydra made before the job refused its input.
+
+    A refused command ran nothing: a folder of ``.hydra/`` and the job log under ``runs/`` would
+    look like a run to ``wildtrace.report`` (and to a reader). The error is on stderr. A folder
+    with anything else in it (run files) is left alone.
+    """
+    import shutil
+
+    try:
+        entries = list(run_dir.iterdir())
+    except OSError:
+        return
+    if entries and all(e.name == ".hydra" or (e.is_file() and e.suffix == ".log") for e in entries):
+        shutil.rmtree(run_dir, ignore_errors=True)
+        with contextlib.suppress(OSError):  # the day's folder, when this was its only run
+            run_dir.parent.rmdir()
 
 
 def observer_for(settings: WildtraceConfig, parent_run_id: str | None = None) -> RunObserver:
@@ -140,8 +194,9 @@ def observer_for(settings: WildtraceConfig, parent_run_id: str | None = None) ->
     return ProcessObserver(m.tracking_uri, m.experiment, m.artifact_location, m.log_documents, parent_run_id)
 
 
-def log_headline(result: RunResult, settings: WildtraceConfig) -> None:
-    """The run's headline as a log record too (exactly as printed), so the job log ends with the result."""
+def show_headline(result: RunResult) -> None:
+    """Print the run's headline (stdout's only text), then log it, so the job log ends with it too."""
+    print(result.headline, flush=True)
     logging.getLogger(HEADLINE_LOG).info("%s", result.headline)
 
 
@@ -166,9 +221,10 @@ def _job(dict_cfg: DictConfig) -> float | None:
         result = run(settings, overrides=list(hydra_cfg.overrides.task), parent_run_id=parent,
                      observer=observer_for(settings, parent))
     except (ConfigError, DatasetError, MissingKeyError, StorageError) as exc:
-        log.error("wildtrace: error: %s", exc)
-        raise SystemExit(2) from None
-    log_headline(result, settings)
+        if hydra_cfg.mode != RunMode.MULTIRUN:  # a sweep's summary lists a refused job as failed: keep its folder
+            discard_rejected(Path(hydra_cfg.runtime.output_dir))
+        fail("wildtrace", exc)
+    show_headline(result)
     if result.exit_code:
         raise SystemExit(result.exit_code)
     return result.summary["overall"] if result.summary else None
@@ -176,6 +232,7 @@ def _job(dict_cfg: DictConfig) -> float | None:
 
 def main() -> None:
     """Console script and ``python -m wildtrace``."""
+    check_command_line("wildtrace")
     _job()
 
 

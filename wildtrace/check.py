@@ -8,26 +8,27 @@ down, fails the check and is not called; an endpoint without a list says "no mod
 Then prints a table (endpoint, route, the model that answered, status, latency, whether
 temperature was accepted, the provider's message) and, beside it, the whole run's estimated
 cost (``python -m wildtrace.estimate``'s total); exits 1 if any endpoint failed or was
-answered by a model its ``served_model`` rule refuses, 2 on a config or key error.
+answered by a model its ``served_model`` rule refuses, 2 on a config or key error
+(docs/entry-points.md). Its job log goes under ``<root>/checks/`` (conf/check.yaml), not ``runs/``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import sys
 
 import hydra
 from omegaconf import DictConfig
 
 from hydra.core.hydra_config import HydraConfig
 
-from wildtrace.app import CONF_DIR, prepare
+from wildtrace.app import CONF_DIR, check_command_line, prepare, route_console_to_stderr
 from wildtrace.config import ConfigError, WildtraceConfig, register
+from wildtrace.exitcodes import ExitCode, error, fail
 
 register()
 
 
-@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
+@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="check")
 def _check(dict_cfg: DictConfig) -> None:
     from wildtrace.runtime import served
     from wildtrace.runtime.preflight import listing_lines, model_lists, preflight, table
@@ -36,6 +37,7 @@ def _check(dict_cfg: DictConfig) -> None:
     from wildtrace.runtime.secrets import MissingKeyError, install_log_filter, read_keys, redact
 
     install_log_filter()
+    route_console_to_stderr()  # stdout: the listing and the table; logs and errors: stderr (docs/entry-points.md)
     try:
         cfg = prepare(dict_cfg, list(HydraConfig.get().overrides.task))  # the run's own checks, typos included
         answer, judge = samplings(cfg)
@@ -43,8 +45,7 @@ def _check(dict_cfg: DictConfig) -> None:
         keys = read_keys(key_needs([s for s, _ in specs]))
         rules = served.policies(cfg)
     except (ConfigError, MissingKeyError) as exc:
-        print(f"wildtrace-check: error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+        fail("wildtrace-check", exc)
     retry = RetryPolicy(max_retries=min(cfg.retry.max_retries, 1), backoff_base_s=cfg.retry.backoff_base_s,
                         backoff_max_s=cfg.retry.backoff_max_s, retry_after_max_s=min(cfg.retry.retry_after_max_s, 10))
     listed = asyncio.run(model_lists([(s, keys.get(s.api_key_env or "")) for s, _ in specs]))
@@ -56,8 +57,8 @@ def _check(dict_cfg: DictConfig) -> None:
     print(estimate_line(cfg))
     failed = [c.endpoint for c in checks if not c.ok]
     if failed:
-        print(f"wildtrace-check: {len(failed)} of {len(checks)} endpoints failed: {', '.join(failed)}", file=sys.stderr)
-        raise SystemExit(1)
+        error("wildtrace-check", f"{len(failed)} of {len(checks)} endpoints failed: {', '.join(failed)}")
+        raise SystemExit(ExitCode.RUN_FAILED)
     print(f"wildtrace-check: all {len(checks)} endpoints answered")
 
 
@@ -74,6 +75,7 @@ def estimate_line(cfg: WildtraceConfig) -> str:
 
 def main() -> None:
     """Console script and ``python -m wildtrace.check``."""
+    check_command_line("wildtrace-check")
     _check()
 
 

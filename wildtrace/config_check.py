@@ -96,6 +96,107 @@ def check_known_keys(dict_cfg: DictConfig | Mapping[str, Any], schema_cls: type 
         raise ConfigError(f"unknown config key{'s' if len(found) > 1 else ''}: {names}")
 
 
+def _unknown_segment(key: str, schema_cls: type, top_valid: tuple[str, ...]) -> Unknown | None:
+    """The first segment of a dotted override key the schema does not declare (None when every one is known).
+
+    Walks only as far as the schema is typed: below a free-form mapping (judge keys, extra_body)
+    a segment names an entry, and the composed-config check (``check_known_keys``) sees the rest.
+    """
+    parts, cls, valid = key.split("."), schema_cls, top_valid
+    for i, part in enumerate(parts):
+        types_ = _field_types(cls)
+        if part not in types_:
+            return ".".join(parts[:i + 1]), valid if i == 0 else tuple(types_)
+        tp = types_[part]
+        if typing.get_origin(tp) is dict and i + 1 < len(parts):
+            tp = _unwrap_optional(typing.get_args(tp)[1])
+            parts_left = parts[i + 2:]
+            if not parts_left or not dataclasses.is_dataclass(tp):
+                return None
+            value_cls = typing.cast(type, tp)
+            found = _unknown_segment(".".join(parts_left), value_cls, tuple(_field_types(value_cls)))
+            return None if found is None else (".".join(parts[:i + 2]) + "." + found[0], found[1])
+        if not dataclasses.is_dataclass(tp):
+            return None
+        cls = typing.cast(type, tp)
+    return None
+
+
+def _group_options(conf_dir: Path, group: str) -> list[str]:
+    """The options of a config group: its YAML files (sub-folders as ``sub/name``)."""
+    root = conf_dir / group
+    return sorted(str(p.relative_to(root).with_suffix("")) for p in root.rglob("*.yaml"))
+
+
+def _option_errors(conf_dir: Path, group: str, values: list[Any]) -> list[str]:
+    """``group=value`` for each value the group has no file for, with the nearest option."""
+    options = _group_options(conf_dir, group)
+    out = []
+    for value in values:
+        if isinstance(value, str) and value not in options:
+            nearest = difflib.get_close_matches(value, options, n=1, cutoff=0.6)
+            hint = f"did you mean {group}={nearest[0]}?" if nearest else f"options: {', '.join(options)}"
+            out.append(f"{group}={value} (no such {group} in {conf_dir / group}; {hint})")
+    return out
+
+
+def _choices(override: Any) -> list[Any]:
+    """The option names a group override selects: its value, or a choice sweep's values (others: none)."""
+    if not override.is_sweep_override():
+        return [override.value()]
+    return list(override.sweep_string_iterator()) if override.is_choice_sweep() else []
+
+
+def check_override_names(overrides: list[str], schema_cls: type = WildtraceConfig,
+                         conf_dir: Path | None = None) -> None:
+    """Refuse, before Hydra composes, an override whose group, option or key does not exist.
+
+    ``judge_pannel=offline`` gets the same "did you mean judge_panel?" as a mistyped key (Hydra
+    would say "To append to your config use +judge_pannel=offline" and exit 1); an override that
+    does not parse is refused here too. Additions (``+key=``) and package overrides
+    (``group@pkg=``) are left to Hydra and to ``check_known_keys`` after composing.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except OverrideParseException as exc:
+        raise ConfigError(f"an override does not parse: {str(exc).splitlines()[0]}") from None
+    groups = sorted(p.name for p in conf_dir.iterdir() if p.is_dir()) if conf_dir is not None else []
+    top = tuple(dict.fromkeys([*_field_types(schema_cls), *groups]))
+    unknown: list[Unknown] = []
+    options: list[str] = []
+    for o in parsed:
+        key = o.key_or_group
+        if o.is_add() or o.is_force_add() or o.package is not None or "/" in key or key.split(".")[0] == "hydra":
+            continue
+        if key in groups and not o.is_delete():
+            options += _option_errors(typing.cast(Path, conf_dir), key, _choices(o))
+            continue
+        found = _unknown_segment(key, schema_cls, top)
+        if found is not None:
+            unknown.append(found)
+    names = [describe(path, valid) for path, valid in unknown]
+    if names:
+        raise ConfigError(f"unknown config key{'s' if len(names) > 1 else ''}: {'; '.join(names)}")
+    if options:
+        raise ConfigError(f"unknown config option{'s' if len(options) > 1 else ''}: {'; '.join(options)}")
+
+
+#: Labels the run gives the model's own endpoint: a judge under one of these keys would take its
+#: place (endpoints, requests, failures and served-model rules are all keyed by label).
+RESERVED_JUDGE_KEYS = frozenset({"model"})
+
+
+def check_reserved(settings: WildtraceConfig) -> None:
+    """Refuse a judge key the model's endpoint uses: judge ``model`` would answer the questions."""
+    for key in settings.judge_panel.judges:
+        if key in RESERVED_JUDGE_KEYS:
+            raise ConfigError(f"judge_panel.judges.{key}: the judge key {key!r} is reserved for the model under "
+                              "test (its endpoint is labelled so); give this judge another key")
+
+
 # ---------------------------------------------------------------------------------------------
 # The spec's warnings (§2 budget, §4 non-contestant panel)
 

@@ -12,6 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from wildtrace.exitcodes import ArgumentParser, ExitCode
+from wildtrace.exitcodes import error as report_error
+
+PROG = "wildtrace-download"
 REPO_ID = "CinderD/wildtrace"
 TASKS_FILE = "data/wildtrace_strict481.with_answers.json"
 CORPUS_DIR = "corpus"
@@ -32,7 +36,7 @@ def default_dest() -> Path:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Parse the command line; defaults point at the folder the benchmark config reads."""
-    parser = argparse.ArgumentParser(prog="wildtrace-download", description=__doc__)
+    parser = ArgumentParser(prog=PROG, description=__doc__)
     parser.add_argument("--dest", type=_abspath, default=None,
                         help="target folder (default: $WILDTRACE_DATA_DIR, else ./outputs/datasets/wildtrace)")
     parser.add_argument("--revision", default="main", help="branch, tag or commit (default: main)")
@@ -216,7 +220,7 @@ def fetch_commands(repo_id: str, revision: str, dest: Path) -> list[str]:
 def instructions(repo_id: str, revision: str, dest: Path, diagnosis: Diagnosis, hub_said: str | None = None) -> str:
     """The one message for a failed fetch: what went wrong, the fix, the Hub's words, how to fetch it."""
     ours, theirs = fetch_commands(repo_id, revision, dest)
-    lines = [f"wildtrace-download: could not get the Hugging Face dataset {repo_id} (revision {revision}) into {dest}",
+    lines = [f"could not get the Hugging Face dataset {repo_id} (revision {revision}) into {dest}",
              f"  why: {diagnosis.cause}",
              f"  fix: {diagnosis.fix}"]
     if hub_said:
@@ -249,15 +253,14 @@ def main(argv: list[str] | None = None) -> int:
     except expected_errors() as error:  # evaluated only on failure, so the imports cost nothing on success
         tokens = known_tokens()
         diagnosis = diagnose(error, args.repo_id, args.revision, token_sent=bool(tokens))
-        print(instructions(args.repo_id, args.revision, args.dest, diagnosis, hub_message(error, tokens)),
-              file=sys.stderr)
-        return 2
+        report_error(PROG, instructions(args.repo_id, args.revision, args.dest, diagnosis, hub_message(error, tokens)))
+        return ExitCode.BAD_INPUT
     missing = missing_parts(args.dest)
     if missing:
         diagnosis = Diagnosis("incomplete", "the download finished but lacks " + ", ".join(missing),
                               f"check that revision {args.revision} of {args.repo_id} is the strict481 release")
-        print(instructions(args.repo_id, args.revision, args.dest, diagnosis), file=sys.stderr)
-        return 2
+        report_error(PROG, instructions(args.repo_id, args.revision, args.dest, diagnosis))
+        return ExitCode.BAD_INPUT
     print(summary(args.dest))
     return 0
 

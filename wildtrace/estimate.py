@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -28,7 +27,8 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from wildtrace.app import CONF_DIR, prepare, route_console_to_stderr
+from wildtrace.app import CONF_DIR, check_command_line, prepare, route_console_to_stderr
+from wildtrace.exitcodes import fail
 from wildtrace.config import ConfigError, WildtraceConfig, batch_labels, price_of, register
 from wildtrace.core.cost import Billable, Price, exact_cost, in_tier
 from wildtrace.runtime.pipeline import PlannedCall
@@ -150,7 +150,7 @@ def fill_unset_base_urls(dict_cfg: DictConfig) -> None:
             node.base_url = UNSET_BASE_URL
 
 
-@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
+@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="estimate")
 def _estimate(dict_cfg: DictConfig) -> None:
     from wildtrace.core.tasks import DatasetError
 
@@ -161,8 +161,7 @@ def _estimate(dict_cfg: DictConfig) -> None:
         cfg = prepare(dict_cfg, list(hydra_cfg.overrides.task), refuse_retired=False)
         est = estimate(cfg)
     except (ConfigError, DatasetError) as exc:
-        print(f"wildtrace-estimate: error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+        fail("wildtrace-estimate", exc)
     out = Path(hydra_cfg.runtime.output_dir) / "estimate.json"
     out.write_text(json.dumps(est, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     print(render(est))
@@ -171,6 +170,7 @@ def _estimate(dict_cfg: DictConfig) -> None:
 
 def main() -> None:
     """Console script and ``python -m wildtrace.estimate``."""
+    check_command_line("wildtrace-estimate")
     _estimate()
 
 

@@ -26,9 +26,16 @@ from pathlib import Path
 from typing import Any
 
 from wildtrace.config import JUDGE_KEY, PROVIDERS, ConfigError
+from wildtrace.config_check import RESERVED_JUDGE_KEYS
+from wildtrace.core.tasks import DatasetError
+from wildtrace.exitcodes import ArgumentParser, ExitCode, error
+from wildtrace.runtime.cache import StorageError
+from wildtrace.runtime.secrets import MissingKeyError
 from wildtrace.files import file_kind
 
 log = logging.getLogger("wildtrace.paper")
+#: Errors a step reports as bad input (exit 2): raised before any request is sent.
+BAD_INPUT = (ConfigError, DatasetError, MissingKeyError, StorageError)
 
 #: The one variable holding the bearer token for every endpoint (spec §6).
 API_KEY_ENV = "API_KEY"
@@ -146,7 +153,8 @@ def judge_key(name: str, taken: set[str]) -> str:
     """A panel key from a judge's name: lower case, [A-Za-z0-9_-] only, unique."""
     key = re.sub(r"[^a-z0-9_-]+", "_", name.lower()).strip("_") or "judge"
     unique, n = key, 2
-    while unique in taken or unique == "lexical":  # "lexical" is the base entry the overrides remove
+    # "lexical" is the base entry the overrides remove; "model" is the model's own endpoint
+    while unique in taken or unique == "lexical" or unique in RESERVED_JUDGE_KEYS:
         unique, n = f"{key}_{n}", n + 1
     taken.add(unique)
     assert JUDGE_KEY.match(unique)
@@ -384,7 +392,7 @@ def copy_out(src: Path, out: Path) -> Path:
 
 def run_step(config: Path, data: Path, corpus: Path, stage: str, responses: Path | None = None) -> Any:
     """One step: config.json → overrides → compose → prepare → run, in a run directory of its own."""
-    from wildtrace.app import CONF_DIR, log_headline, observer_for, prepare, route_console_to_stderr
+    from wildtrace.app import CONF_DIR, discard_rejected, observer_for, prepare, route_console_to_stderr, show_headline
     from wildtrace.runtime.run import run
 
     cfg = read_config(config)
@@ -397,11 +405,15 @@ def run_step(config: Path, data: Path, corpus: Path, stage: str, responses: Path
         if row and not cfg.caps:
             log.info("caps for %s from the spec's table (conf/model/%s.yaml): en %d, cjk %d",
                      cfg.model, row.file, *row.caps)
-        settings = prepare(dict_cfg)
-        settings.out_dir = str(run_dir)
-        save_hydra_files(dict_cfg, overrides, run_dir)
-        result = run(settings, overrides=overrides, observer=observer_for(settings))
-        log_headline(result, settings)
+        try:
+            settings = prepare(dict_cfg)
+            settings.out_dir = str(run_dir)
+            save_hydra_files(dict_cfg, overrides, run_dir)
+            result = run(settings, overrides=overrides, observer=observer_for(settings))
+        except BAD_INPUT:
+            discard_rejected(run_dir)  # refused before anything ran: no folder that looks like a run
+            raise
+        show_headline(result)
         return result
     finally:
         logging.getLogger().removeHandler(handler)
@@ -450,7 +462,7 @@ def default_corpus(data: Path) -> Path:
 
 
 def _parser(prog: str, judge: bool) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description=(
+    parser = ArgumentParser(prog=prog, description=(
         "The spec's §6 " + ("judge step (run_judge.py)" if judge else "answer step (run_eval.py)")
         + f" on wildtrace's Hydra config; the bearer token is read from ${API_KEY_ENV}."))
     parser.add_argument("--config", type=_path, required=True, help="config.json (README: the paper's workflow)")
@@ -466,17 +478,13 @@ def _parser(prog: str, judge: bool) -> argparse.ArgumentParser:
     return parser
 
 
-def _finish(step: Any) -> int:
+def _finish(prog: str, step: Any) -> int:
     """Run a step; configuration, dataset and key errors exit 2 with one line, before any request."""
-    from wildtrace.core.tasks import DatasetError
-    from wildtrace.runtime.cache import StorageError
-    from wildtrace.runtime.secrets import MissingKeyError
-
     try:
         return step()
-    except (ConfigError, DatasetError, MissingKeyError, StorageError) as exc:
-        print(f"wildtrace: error: {exc}", file=sys.stderr)
-        return 2
+    except BAD_INPUT as exc:
+        error(prog, exc)
+        return ExitCode.BAD_INPUT
 
 
 def eval_main(argv: list[str] | None = None) -> int:
@@ -491,7 +499,7 @@ def eval_main(argv: list[str] | None = None) -> int:
         print(f"responses: {out} (answered {c.answered}, failed {c.failed}, out of context {c.out_of_context})")
         return result.exit_code
 
-    return _exit(_finish(step), argv)
+    return _exit(_finish("wildtrace-eval", step), argv)
 
 
 def judge_main(argv: list[str] | None = None) -> int:
@@ -507,7 +515,7 @@ def judge_main(argv: list[str] | None = None) -> int:
         print(f"overall: {'n/a' if overall is None else f'{overall:.2f}%'} (All view) -> {out}")
         return result.exit_code
 
-    return _exit(_finish(step), argv)
+    return _exit(_finish("wildtrace-judge", step), argv)
 
 
 def _exit(code: int, argv: list[str] | None) -> int:
@@ -522,8 +530,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     steps = {"eval": eval_main, "judge": judge_main}
     if not argv or argv[0] not in steps:
-        print("usage: python -m wildtrace.paper {eval,judge} --config config.json …", file=sys.stderr)
-        return 2
+        error("wildtrace.paper", "usage: python -m wildtrace.paper {eval,judge} --config config.json …")
+        return ExitCode.BAD_INPUT
     return steps[argv[0]](argv[1:])
 
 

@@ -17,7 +17,6 @@ import dataclasses
 import datetime
 import logging
 import math
-import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +30,7 @@ from wildtrace.config import ConfigError, WildtraceConfig, register, to_settings
 from wildtrace.config_check import check_retired
 from wildtrace.core import records as R
 from wildtrace.core.prompts import answer_prompt
+from wildtrace.exitcodes import ExitCode, fail
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +75,10 @@ class ProbeRunConfig(WildtraceConfig):
 
 class ProbeError(RuntimeError):
     """The probe cannot tell the window: an error that is not the context length."""
+
+
+class ProbeInputError(ProbeError):
+    """The probe refuses to start (nothing sent): bad input, exit 2 rather than a failed probe's 1."""
 
 
 def filler(language: str, chars: int) -> str:
@@ -276,7 +280,7 @@ def probe(cfg: ProbeRunConfig, ask: Callable[[str], str] = input) -> Path | None
     out = Path(p.out) if p.out else Path(CONF_DIR) / "model" / f"{cfg.model.name}.yaml"
     _check_out(out)  # before any request: a directory there failed only after the probe had paid
     if out.exists() and not p.overwrite:
-        raise ProbeError(f"{out} exists; choose probe.out=… or probe.overwrite=true")
+        raise ProbeInputError(f"{out} exists; choose probe.out=… or probe.overwrite=true")
     spec = model_spec(cfg)  # the key is read before the question: a missing key fails first
     keys = read_keys(key_needs([spec]))
     key = keys.get(spec.api_key_env or "")
@@ -308,8 +312,10 @@ def _conf_dir() -> str:
 
 @hydra.main(version_base="1.3", config_path=_conf_dir(), config_name="probe")
 def _job(dict_cfg: DictConfig) -> None:
+    from wildtrace.app import route_console_to_stderr
     from wildtrace.runtime.secrets import MissingKeyError
 
+    route_console_to_stderr()  # stdout: the probe's own lines; errors and logs: stderr (docs/entry-points.md)
     for noisy in ("httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
@@ -319,13 +325,17 @@ def _job(dict_cfg: DictConfig) -> None:
         check_retired(dataclasses.replace(cfg, stage="answer"), Path(_conf_dir()))
         if probe(cfg) is None:
             raise SystemExit(1)
-    except (ConfigError, MissingKeyError, ProbeError) as exc:
-        print(f"wildtrace.probe: error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+    except (ConfigError, MissingKeyError, ProbeInputError) as exc:
+        fail("wildtrace.probe", exc)
+    except ProbeError as exc:  # requests were sent and the window could not be told: the probe failed
+        fail("wildtrace.probe", exc, ExitCode.RUN_FAILED)
 
 
 def main() -> None:
     """``python -m wildtrace.probe``."""
+    from wildtrace.app import check_command_line
+
+    check_command_line("wildtrace.probe", ProbeRunConfig, Path(_conf_dir()))
     _job()
 
 

@@ -17,11 +17,12 @@ directory or was killed before its files, 3 when MLflow could not log one (the r
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
-EXIT_OK, EXIT_NOT_A_RUN, EXIT_NOT_LOGGED = 0, 2, 3
+from wildtrace.exitcodes import ArgumentParser, ExitCode, error
+
+EXIT_OK, EXIT_NOT_A_RUN, EXIT_NOT_LOGGED = ExitCode.OK, ExitCode.BAD_INPUT, ExitCode.NOT_LOGGED
 
 
 def plan(marker: dict, tracking_uri: str | None, force: bool) -> tuple[str, str | None]:
@@ -50,7 +51,7 @@ def resume_text(run_dir: Path, marker: dict) -> str:
     from wildtrace.runtime.run import resume_command
 
     held = ", ".join(sorted(p.name for p in run_dir.iterdir())) if run_dir.is_dir() else ""
-    lines = [f"wildtrace-upload: {run_dir}: this run ended before it wrote its run files (killed, e.g. by SIGKILL, "
+    lines = [f"{run_dir}: this run ended before it wrote its run files (killed, e.g. by SIGKILL, "
              f"or stopped by an error before its first request; it holds {held}): upload has nothing to log."]
     if marker.get("run_id"):
         lines.append(f"  Its MLflow run {marker['run_id']} keeps the traces it stored.")
@@ -71,12 +72,12 @@ def upload_one(run_dir: Path, tracking_uri: str | None, experiment: str | None, 
 
     marker = read_marker(run_dir)
     if killed_before_files(run_dir):
-        print(resume_text(run_dir, marker), file=sys.stderr)
+        error("wildtrace-upload", resume_text(run_dir, marker))
         return EXIT_NOT_A_RUN
     try:
         own_uri = read_run_dir(run_dir).mlflow["tracking_uri"]  # and whether it is a run directory at all
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        print(f"wildtrace-upload: {run_dir}: {exc}", file=sys.stderr)
+        error("wildtrace-upload", f"{run_dir}: {exc}")
         return EXIT_NOT_A_RUN
     uri = tracking_uri or own_uri
     try:
@@ -87,7 +88,7 @@ def upload_one(run_dir: Path, tracking_uri: str | None, experiment: str | None, 
         run_id = log_run_dir(run_dir, parent or marker.get("parent_run_id"), uri, experiment,
                              resume_run_id=run_id if action == "resume" else None)
     except Exception as exc:  # noqa: BLE001 - report and go on with the next directory
-        print(f"wildtrace-upload: {run_dir}: not logged: {reason_of(exc)}", file=sys.stderr)
+        error("wildtrace-upload", f"{run_dir}: not logged: {reason_of(exc)}")
         return EXIT_NOT_LOGGED
     print(f"{run_dir}: {'completed' if action == 'resume' else 'logged as'} MLflow run {run_id}")
     return EXIT_OK
@@ -95,7 +96,7 @@ def upload_one(run_dir: Path, tracking_uri: str | None, experiment: str | None, 
 
 def main(argv: list[str] | None = None) -> int:
     """Log each RUN_DIR; the worst status of them (see the module's docstring), each with its reason."""
-    parser = argparse.ArgumentParser(prog="wildtrace-upload", description=__doc__)
+    parser = ArgumentParser(prog="wildtrace-upload", description=__doc__)
     parser.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
     parser.add_argument("--tracking-uri", help="default: the run's own mlflow.tracking_uri")
     parser.add_argument("--experiment", help="default: the run's own mlflow.experiment")

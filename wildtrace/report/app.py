@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -87,14 +86,18 @@ def make_report(cfg: ReportConfig, out_dir: Path) -> tuple[Report, str | None]:
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="report")
 def _job(dict_cfg: DictConfig) -> None:
+    from wildtrace.app import route_console_to_stderr
+    from wildtrace.exitcodes import ExitCode, error
+
+    route_console_to_stderr()  # stdout: the leaderboard; warnings and errors: stderr (docs/entry-points.md)
     cfg = OmegaConf.to_object(dict_cfg)
     assert isinstance(cfg, ReportConfig)
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     report, run_id = make_report(cfg, out_dir)
     if not report.n_runs_read:
-        print("wildtrace.report: no benchmark runs found (run `python -m wildtrace` first, or pass "
-              "report.run_dirs=[...])", file=sys.stderr)
-        raise SystemExit(1)
+        error("wildtrace.report", "no benchmark runs found (run `python -m wildtrace` first, or pass "
+              "report.run_dirs=[...])")
+        raise SystemExit(ExitCode.RUN_FAILED)
     from wildtrace.report.render import markdown
 
     columns = ["model", "overall", "overall_ci_low", "overall_ci_high", "scored", "n_scored", "n_runs"]
@@ -106,6 +109,9 @@ def _job(dict_cfg: DictConfig) -> None:
 
 def main() -> None:
     """``python -m wildtrace.report``."""
+    from wildtrace.app import check_command_line
+
+    check_command_line("wildtrace.report", ReportConfig, None)  # a mistyped key: exit 2, did-you-mean
     _job()
 
 

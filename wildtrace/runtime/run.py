@@ -36,6 +36,7 @@ from wildtrace.runtime.cache import JOURNAL, Cache, StorageError, check_writable
 from wildtrace.runtime.dataset import Dataset, load_dataset
 from wildtrace.runtime.http import Endpoint
 from wildtrace.files import write_json
+from wildtrace.exitcodes import SIGNAL_EXIT, ExitCode
 from wildtrace.runtime.batch import BatchSettings
 from wildtrace.runtime.pipeline import Counters, Outcome, Plan, Stop, Survey, execute, make_endpoint, survey
 from wildtrace.runtime.responses import load_responses, scrub_answers
@@ -45,13 +46,12 @@ from wildtrace.runtime import served
 
 log = logging.getLogger("wildtrace")
 
-#: Exit statuses: a finished run, an endpoint whose every call failed or a store that failed,
-#: a finished run that MLflow did not log (with ``mlflow.required``; upload logs it later),
-#: and a stop by signal (the shell's 128 + signal number). Bad input is 2, before any request.
-EXIT_OK, EXIT_FAILED, EXIT_NOT_LOGGED = 0, 1, 3
-#: A spend cap kept calls from being sent (docs/cost.md).
-EXIT_BUDGET = 4
-EXIT_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143}
+#: Exit statuses (wildtrace/exitcodes.py): a finished run, an endpoint whose every call failed or a
+#: store that failed, a finished run that MLflow did not log (with ``mlflow.required``; upload logs
+#: it later), a spend cap that kept calls from being sent (docs/cost.md), and a stop by signal.
+EXIT_OK, EXIT_FAILED, EXIT_NOT_LOGGED = ExitCode.OK, ExitCode.RUN_FAILED, ExitCode.NOT_LOGGED
+EXIT_BUDGET = ExitCode.BUDGET
+EXIT_SIGNAL = SIGNAL_EXIT
 
 
 @dataclass
@@ -477,7 +477,7 @@ def run(cfg: WildtraceConfig, overrides: Sequence[str] = (), parent_run_id: str 
         result.headline += f"\nresume with: {resume_command(overrides)}"
     elif ledger.not_sent():
         result.headline += f"\nresume with a higher cap: {resume_command(raised_caps(cfg, ledger, overrides))}"
-    print(redact(result.headline))  # last, so the headline is what a user sees when the run ends
+    result.headline = redact(result.headline)  # the entry point prints it, last (app.show_headline)
     return result
 
 
@@ -536,7 +536,7 @@ def _exit_code(outcome: Outcome, counters: Counters, signals: list[int], ledger:
                unlogged: bool = False) -> int:
     """Signals first, then a failed or stopped run, a spend cap that held calls back, a run MLflow did not log."""
     if signals:
-        return EXIT_SIGNAL.get(signal.Signals(signals[0]), 130)
+        return EXIT_SIGNAL.get(signal.Signals(signals[0]), ExitCode.SIGINT)
     if outcome.stopped or all_failed(counters):
         return EXIT_FAILED
     if ledger.not_sent():
