@@ -172,6 +172,8 @@ def test_a_retired_file_fails_before_any_request_in_every_entry_point(group_stem
             config.write_text(json.dumps(_paper_config(group, stem, block)))
             step = ["eval", "--out", str(tmp_path / "r.json")] if group == "model" else \
                 ["judge", "--responses", str(tmp_path / "r.json"), "--out", str(tmp_path / "s.json")]
+            if group != "model":  # the judge step reads its responses file first: one it can read
+                (tmp_path / "r.json").write_text(json.dumps([{"question_id": "q0", "response": "It failed."}]))
             args = ["wildtrace.paper", step[0], "--config", str(config), "--data", str(release[0]),
                     "--corpus", str(release[1]), *step[1:]]
         else:
