@@ -598,3 +598,19 @@ def test_a_deeply_nested_error_body_is_recorded_not_raised():
         result = call(server)
     assert (result.reason, result.attempts) == (R.HTTP_ERROR, 1)
     assert result.raw is not None
+
+
+@pytest.mark.parametrize(("key", "text", "want"), [
+    ("k", "max 128000 tokens; k", "max 128000 tokens; [REDACTED]"),           # a short key: never inside a word
+    ("EMPTY", "Bearer EMPTY, EMPTYING", "Bearer [REDACTED], EMPTYING"),         # vLLM's customary placeholder key
+    ("sk-1234", "key=sk-1234.", "key=[REDACTED]."),
+    ("sk-12345678", "xsk-12345678x", "x[REDACTED]x"),                          # 8 characters and more: anywhere
+])
+def test_a_short_key_is_redacted_only_where_it_stands_alone(monkeypatch, key, text, want):
+    """A one-letter test key once turned every "k" of "tokens" into [REDACTED] in later runs' texts."""
+    monkeypatch.setattr(secrets, "_secrets", set())
+    monkeypatch.setattr(secrets, "_fragments", [])
+    monkeypatch.setattr(secrets, "_short", None)
+    secrets.register(key)
+    assert secrets.redact(text) == want
+    assert secrets.scrub({"a": [text]}) == ({"a": [want]}, text != want)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -19,8 +20,13 @@ MASK = "[REDACTED]"
 #: The note a row gets when a key echoed in a reply (or an answers file) was replaced.
 ECHO_NOTE = "redacted an echoed credential"
 
+#: A key shorter than this (a local server's "EMPTY", a test's "k") is redacted only where it
+#: stands alone: as a substring it would rewrite every "k" of "tokens" in every stored text.
+SHORT_KEY = 8
+
 _secrets: set[str] = set()
 _fragments: list[str] = []
+_short: re.Pattern[str] | None = None
 
 
 class MissingKeyError(RuntimeError):
@@ -28,10 +34,16 @@ class MissingKeyError(RuntimeError):
 
 
 def register(secret: str) -> None:
-    """Make ``redact`` hide ``secret`` (and any FRAGMENT-long run of it) from now on."""
+    """Make ``redact`` hide ``secret`` (and any FRAGMENT-long run of it) from now on; a key under SHORT_KEY
+    characters only where it stands alone (not inside a word)."""
+    global _short
     if not secret or secret in _secrets:
         return
     _secrets.add(secret)
+    if len(secret) < SHORT_KEY:
+        shorts = sorted((k for k in _secrets if len(k) < SHORT_KEY), key=len, reverse=True)
+        _short = re.compile(r"(?<![A-Za-z0-9_\-])(?:" + "|".join(map(re.escape, shorts)) + r")(?![A-Za-z0-9_\-])")
+        return
     pieces = {secret}
     if len(secret) >= 2 * FRAGMENT:
         pieces.update(secret[i:i + FRAGMENT] for i in range(len(secret) - FRAGMENT + 1))
@@ -43,7 +55,7 @@ def redact(value: Any) -> Any:
 
     Strings, and strings inside dicts and lists (keys too), are rewritten; other values pass.
     """
-    if not _fragments:
+    if not _fragments and _short is None:
         return value
     if isinstance(value, str):
         return _redact_text(value)
@@ -61,7 +73,7 @@ def scrub(value: Any) -> tuple[Any, bool]:
     walks iteratively, so any depth is safe, and copies nothing when no key occurs (the common
     case costs one scan of the strings). Dict keys are scrubbed too; other values pass.
     """
-    if not _fragments or not _holds_key(value):
+    if (not _fragments and _short is None) or not _holds_key(value):
         return value, False
     return _rebuilt(value), True
 
@@ -71,7 +83,7 @@ def _holds_key(value: Any) -> bool:
     while stack:
         item = stack.pop()
         if isinstance(item, str):
-            if any(piece in item for piece in _fragments):
+            if any(piece in item for piece in _fragments) or (_short is not None and _short.search(item)):
                 return True
         elif isinstance(item, Mapping):
             stack.extend(item.keys())
@@ -109,7 +121,7 @@ def _redact_text(text: str) -> str:
     for piece in _fragments:  # longest first, so a whole key goes before its fragments
         if piece in text:
             text = text.replace(piece, MASK)
-    return text
+    return _short.sub(MASK, text) if _short is not None else text
 
 
 class RedactingFilter(logging.Filter):
@@ -117,7 +129,7 @@ class RedactingFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         """Rewrite the record in place; never drops it."""
-        if _fragments:
+        if _fragments or _short is not None:
             message = record.getMessage()
             redacted = _redact_text(message)
             if redacted != message or record.args:
