@@ -93,6 +93,7 @@ class RunDirCheck(Callback):
         try:
             check_writable(Path(str(OmegaConf.select(config, key))), f"the run directory ({key})")
         except StorageError as exc:
+            route_console_to_stderr()  # Hydra's own logging, set up before the job's, writes to stdout
             fail("wildtrace", exc)
 
 
