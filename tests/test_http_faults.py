@@ -559,17 +559,25 @@ def test_backoff_never_overflows(base, cap, retry_number, ceiling, jitter):
 def test_a_request_prepared_before_the_temperature_rule_is_rebuilt_before_it_is_sent(tmp_path, test_key):
     """Concurrency 4. q1's first request (with temperature) is held until the first request without
     temperature arrives, then answered 503; its retry must go without temperature."""
-    q1_arrived, resent = threading.Event(), threading.Event()
+    q1_arrived, resent, first_wave = threading.Event(), threading.Event(), threading.Event()
+    with_temperature: list[Call] = []
+    lock = threading.Lock()
 
     def responder(call: Call) -> Reply:
         if "temperature" not in call.body:
             resent.set()
             return chat("Worn seal.")
+        with lock:
+            with_temperature.append(call)
+            if len(with_temperature) >= 4:
+                first_wave.set()
         if "[q1]" in call.prompt and not q1_arrived.is_set():
             q1_arrived.set()
             assert resent.wait(WAIT_S)
             return error(503, "upstream busy")
-        assert q1_arrived.wait(WAIT_S)  # every early request is sent before the first rejection comes back
+        # No rejection goes back before the whole first wave (4 in flight) has arrived: on a busy
+        # machine a request sent early could otherwise arrive after the first resend.
+        assert first_wave.wait(WAIT_S)
         return error(400, "Unsupported value: 'temperature' does not support 0.1 with this model.")
 
     tasks = [make_task(f"q{i}", f"What failed? [q{i}]", "doc.txt") for i in range(6)]
