@@ -294,7 +294,7 @@ def probe(cfg: ProbeRunConfig, ask: Callable[[str], str] = input) -> Path | None
         budget -= len(s.tried)
         found.append(s)
     caps = {s.language: cap_of(s, p) for s in found}
-    date = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
+    date = datetime.datetime.now(datetime.UTC).date().isoformat()
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(model_yaml(cfg, caps, found, date), encoding="utf-8")
     print(f"probe: caps en={caps.get('en', '—')} cjk={caps.get('cjk', '—')} characters "

@@ -18,12 +18,12 @@ import matplotlib
 
 matplotlib.use("Agg")  # no display: plots are files
 
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
 
-from wildtrace.report.noise import interpretation  # noqa: E402
-from wildtrace.report.tables import Report  # noqa: E402
+from wildtrace.report.noise import interpretation
+from wildtrace.report.tables import Report
 
 #: Section ids of report.html, in page order, with their headings.
 SECTIONS = {

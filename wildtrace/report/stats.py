@@ -127,7 +127,7 @@ def spread(values: Sequence[float]) -> dict[str, float | int | None]:
     v = np.asarray([x for x in values if x is not None and math.isfinite(x)], dtype=float)
     if not len(v):
         return {"n": 0, "mean": None, "sd": None, "min": None, "max": None, "range": None}
-    return {"n": int(len(v)), "mean": float(v.mean()), "sd": float(v.std(ddof=1)) if len(v) > 1 else None,
+    return {"n": len(v), "mean": float(v.mean()), "sd": float(v.std(ddof=1)) if len(v) > 1 else None,
             "min": float(v.min()), "max": float(v.max()), "range": float(v.max() - v.min())}
 
 
@@ -140,7 +140,7 @@ def paired_difference(a: Sequence[float], b: Sequence[float], boot: Bootstrap = 
     rng = np.random.default_rng(boot.seed)
     draws = diff[rng.integers(0, len(diff), size=(boot.resamples, len(diff)))].mean(axis=1)
     lo, hi = _percentiles(draws, boot.level)
-    return {"n": int(len(diff)), "mean_diff": float(diff.mean()), "ci_low": lo, "ci_high": hi}
+    return {"n": len(diff), "mean_diff": float(diff.mean()), "ci_low": lo, "ci_high": hi}
 
 
 def krippendorff_interval(reliability: np.ndarray) -> float | None:

@@ -327,7 +327,7 @@ def judge_agreement(runs: Sequence[RunData]) -> dict[str, Any]:
         row["pearson"] = stats.pearson(both[a], both[b]) if len(both) else None
         row["spearman"] = stats.spearman(both[a], both[b]) if len(both) else None
     alpha = stats.krippendorff_interval(table.T.to_numpy()) if table.shape[1] >= 2 else None
-    return {"judges": judges, "pairs": pairs, "krippendorff_alpha_interval": alpha, "n_units": int(len(table)),
+    return {"judges": judges, "pairs": pairs, "krippendorff_alpha_interval": alpha, "n_units": len(table),
             "n_runs": len(runs)}
 
 

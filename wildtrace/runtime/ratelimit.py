@@ -94,7 +94,7 @@ def _rfc3339_in(value: str | None, wall_now: float) -> float | None:
     except ValueError:
         return None
     if when.tzinfo is None:
-        when = when.replace(tzinfo=datetime.timezone.utc)
+        when = when.replace(tzinfo=datetime.UTC)
     seconds = when.timestamp() - wall_now
     return min(max(0.0, seconds), _MAX_RESET_S) if math.isfinite(seconds) else None
 
@@ -249,7 +249,7 @@ class AdaptiveLimit:
                 self._waiters.append(waiter)
                 try:
                     await asyncio.wait_for(waiter, timeout=wait)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
         except BaseException:
             if ticket in self._queue:

@@ -453,7 +453,7 @@ def run(cfg: WildtraceConfig, overrides: Sequence[str] = (), parent_run_id: str 
     warnings += [o.to_dict() for o in oddities(dataset.tasks, {f: d.chars for f, d in dataset.documents.items()})]
     for w in warnings:
         log.warning("%s", w["message"])
-    run_date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    run_date = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     config = config_dict(cfg)
     observer.run_started(RunStart(out_dir=str(out_dir), config=config, n_tasks=len(dataset.tasks),
                                   run_date=run_date, parent_run_id=parent_run_id))
