@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 #: Kept where present, for breakdowns (paradigm, tier) and provenance (freeze, release).
-META_FIELDS = ("paradigm", "context_tier", "corpus_id", "doc_token_estimate", "freeze_id", "release_version", "language")
+META_FIELDS = ("paradigm", "context_tier", "corpus_id", "doc_token_estimate", "freeze_id", "release_version",
+               "language")
 
 
 class DatasetError(ValueError):

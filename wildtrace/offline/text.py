@@ -8,7 +8,8 @@ _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 _IDEOGRAPHS = re.compile(r"[\u4e00-\u9fff]+")
 # An English stop ends a sentence only before white space (so "10.2 bar" and "no. 19"
 # followed by a digit stay whole); a CJK stop ends one at once; a blank line always does.
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[.!?][\"'”’)])\s+|(?<=[。！？])(?![”’」』])|(?<=[。！？][”’」』])|\n\s*\n")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[.!?][\"'”’)])\s+|"
+                           r"(?<=[。！？])(?![”’」』])|(?<=[。！？][”’」』])|\n\s*\n")
 
 STOPWORDS = frozenset(
     [

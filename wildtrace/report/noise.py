@@ -264,7 +264,7 @@ def judge_splits(items: pd.DataFrame, criteria: dict[str, list[str]], top: int =
     means = table.groupby(level=[QID, ITEM]).mean().add_prefix("points_")
     out = out.join(means).reset_index()
     out.insert(2, "criterion", [(criteria.get(str(q), []) + [None] * int(i))[int(i) - 1]
-                                for q, i in zip(out[QID], out[ITEM])])
+                                for q, i in zip(out[QID], out[ITEM], strict=True)])
     out = out[out["split_rate"] > 0]
     return out.sort_values(["split_rate", "mean_spread"], ascending=False, kind="stable").head(top) \
         .reset_index(drop=True)

@@ -160,7 +160,7 @@ def _label(groups: list[Group]) -> None:
         varying.remove("judges")  # the panel's name already says which judges
     short = {"temperature": "t", "max_tokens": "mt", "reasoning_effort": "effort"}
     seen: dict[str, int] = {}
-    for group, s in zip(groups, settings):
+    for group, s in zip(groups, settings, strict=True):
         parts = [s["model"]] + [f"{short.get(k, k)}={s[k]}" for k in varying]
         label = " · ".join(parts)
         seen[label] = seen.get(label, 0) + 1
@@ -606,7 +606,7 @@ def mark_noise(groups: Sequence[Group], frame: pd.DataFrame, boot: Bootstrap = B
     if frame.empty:
         return frame
     by_label = {g.label: g for g in groups}
-    marks = [_paired_noise(by_label[a], by_label[b], boot) for a, b in zip(frame["a"], frame["b"])]
+    marks = [_paired_noise(by_label[a], by_label[b], boot) for a, b in zip(frame["a"], frame["b"], strict=True)]
     out = frame.copy()
     out["noise_ci_low_pp"] = [_pct(m["ci_low"]) for m in marks]
     out["noise_ci_high_pp"] = [_pct(m["ci_high"]) for m in marks]
@@ -625,7 +625,8 @@ def leaderboard_gaps(groups: Sequence[Group], board: pd.DataFrame, boot: Bootstr
         return pd.DataFrame(columns=columns)
     by_label = {g.label: g for g in groups}
     rows = []
-    for rank, (upper, lower) in enumerate(zip(board["model"], board["model"].iloc[1:]), start=1):
+    # neighbours: the second column is one shorter, so the last row pairs with nothing
+    for rank, (upper, lower) in enumerate(zip(board["model"], board["model"].iloc[1:], strict=False), start=1):
         m = _paired_noise(by_label[lower], by_label[upper], boot)
         rows.append({"rank": rank, "upper": upper, "lower": lower, "gap_pp": _pct(m["mean_diff"]),
                      "ci_low_pp": _pct(m["ci_low"]), "ci_high_pp": _pct(m["ci_high"]), "n_tasks": m["n"],

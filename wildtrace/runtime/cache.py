@@ -97,7 +97,8 @@ def check_writable(directory: Path, what: str) -> None:
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:
-        raise StorageError(exc.errno or errno.EIO, f"{what} {directory} is not writable: {exc.strerror or exc}") from None
+        raise StorageError(exc.errno or errno.EIO,
+                           f"{what} {directory} is not writable: {exc.strerror or exc}") from None
     except ValueError:  # the OS cannot take the name at all
         raise StorageError(errno.EINVAL, f"{what} {str(directory)!r} is not writable: the path holds a NUL byte") \
             from None
@@ -169,7 +170,8 @@ class Cache:
             os.replace(tmp, path)
         except OSError as exc:
             _unlink(tmp)
-            raise StorageError(exc.errno or errno.EIO, f"cannot store an outcome in {path}: {exc.strerror or exc}") from None
+            raise StorageError(exc.errno or errno.EIO,
+                               f"cannot store an outcome in {path}: {exc.strerror or exc}") from None
         except BaseException:
             _unlink(tmp)
             raise

@@ -445,7 +445,8 @@ class Endpoint:
             return result
         return replace(result, error=redact(result.error), raw=scrub(result.raw)[0])  # iterative: any depth
 
-    async def _fetch(self, request: WireRequest, content: bytes, cost_tokens: int, replicate: int) -> CallResult | object:
+    async def _fetch(self, request: WireRequest, content: bytes, cost_tokens: int,
+                     replicate: int) -> CallResult | object:
         started, started_at = time.perf_counter(), time.time()
 
         def failed(reason: str, error: str | None, attempts: int, attempt: Attempt | None = None) -> CallResult:

@@ -223,7 +223,8 @@ class Survey:
         if judges:
             to_make = sum(self.judge_calls_to_make.values())
             pending = self.judge_calls_pending * len(judges)
-            parts.append(f"judge calls: {to_make} to make" + (f" (+ up to {pending} for new answers)" if pending else "")
+            parts.append(f"judge calls: {to_make} to make"
+                         + (f" (+ up to {pending} for new answers)" if pending else "")
                          + f", {self.judge_calls_cached} from the cache")
         return "plan: " + "; ".join(parts)
 

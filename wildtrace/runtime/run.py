@@ -168,14 +168,18 @@ def git_commit() -> str:
 def dataset_identity(cfg: WildtraceConfig, dataset: Dataset) -> dict:
     """What names the data a run used: file, sha256, and the release's freeze and version."""
     metas = [t.meta for t in dataset.tasks]
+
+    def distinct(key: str) -> str | None:  # every value the tasks carry for key, joined; None if none carries one
+        return ",".join(sorted({str(m[key]) for m in metas if key in m})) or None
+
     return {
         "name": cfg.dataset.name,
         "tasks": str(dataset.tasks_path.resolve()),
         "corpus": str(dataset.corpus_dir.resolve()),
         "tasks_sha256": dataset.tasks_sha256,
         "n_tasks": len(dataset.tasks),
-        "freeze_id": ",".join(sorted({str(m["freeze_id"]) for m in metas if "freeze_id" in m})) or None,
-        "release_version": ",".join(sorted({str(m["release_version"]) for m in metas if "release_version" in m})) or None,
+        "freeze_id": distinct("freeze_id"),
+        "release_version": distinct("release_version"),
     }
 
 

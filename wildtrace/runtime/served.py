@@ -129,7 +129,8 @@ def mismatches(policy: ServedPolicy | None, served_models: dict[str, int]) -> di
 
 def warnings(rules: dict[str, ServedPolicy], served: dict[str, dict[str, int]],
              routes: dict[str, str]) -> list[tuple[str, str]]:
-    """(code, message) per endpoint whose responses broke its rule: ``served_model`` (warned) or ``served_model_mismatch``."""
+    """(code, message) per endpoint whose responses broke its rule: ``served_model`` (warned) or
+    ``served_model_mismatch``."""
     out = []
     for label, counts in served.items():
         policy = rules.get(label)

@@ -268,7 +268,8 @@ def resumable(client: Any, run_id: str | None, experiment: str | None) -> Any:
         wanted = client.get_experiment_by_name(experiment) if experiment else None
     except Exception:  # noqa: BLE001 - not in this store (or deleted): log a new run
         return None
-    if run.info.lifecycle_stage != "active" or (experiment and (not wanted or wanted.experiment_id != run.info.experiment_id)):
+    if run.info.lifecycle_stage != "active" or (
+            experiment and (not wanted or wanted.experiment_id != run.info.experiment_id)):
         return None
     return run
 

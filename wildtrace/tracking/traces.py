@@ -90,8 +90,8 @@ def token_usage(usage: Any) -> dict[str, int] | None:
 def call_attributes(row: Mapping, model: str | None) -> dict[str, Any]:
     """What a call span says about itself: attempts, cache, served model, temperature, usage."""
     attrs: dict[str, Any] = {"attempts": row.get("attempts"), "latency_s": row.get("latency_s"),
-                             "finish_reason": str(row.get("finish_reason")), "wildtrace.cached": bool(row.get("cached")),
-                             MESSAGE_FORMAT: "openai"}
+                             "finish_reason": str(row.get("finish_reason")),
+                             "wildtrace.cached": bool(row.get("cached")), MESSAGE_FORMAT: "openai"}
     if row.get("cached"):
         attrs["wildtrace.original_latency_s"] = row.get("original_latency_s")
         attrs["wildtrace.original_cost_usd"] = row.get("original_cost_usd")

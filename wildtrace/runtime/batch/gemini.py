@@ -128,7 +128,8 @@ def _inlined(operation: dict) -> list[Any]:
     for field in ("response", "output"):
         holder = operation.get(field)
         if not isinstance(holder, dict):
-            holder = (operation.get("metadata") or {}).get(field) if isinstance(operation.get("metadata"), dict) else None
+            metadata = operation.get("metadata")
+            holder = metadata.get(field) if isinstance(metadata, dict) else None
         inline = holder.get("inlinedResponses") if isinstance(holder, dict) else None
         if isinstance(inline, dict):
             inline = inline.get("inlinedResponses")
