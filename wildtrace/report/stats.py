@@ -25,6 +25,10 @@ class Bootstrap:
     level: float = LEVEL  #: two-sided coverage, 0.95 → the 2.5th and 97.5th percentiles
 
 
+#: The default of every ``boot`` parameter (frozen, so one shared instance is safe).
+DEFAULT_BOOTSTRAP = Bootstrap()
+
+
 #: Resamples gathered at once: bounds memory to CHUNK × tasks × runs floats.
 CHUNK = 250
 

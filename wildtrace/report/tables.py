@@ -22,7 +22,7 @@ import pandas as pd
 from wildtrace.core import records as R
 from wildtrace.core import views
 from wildtrace.report import noise, stats
-from wildtrace.report.stats import Bootstrap
+from wildtrace.report.stats import DEFAULT_BOOTSTRAP, Bootstrap
 
 #: Config keys that name where or when a run happened, not what it did.
 RUN_SPECIFIC = ("out_dir", "progress", "root", "cache", "mlflow", "responses")
@@ -247,7 +247,7 @@ def _pct(value: float | None) -> float | None:
 # --------------------------------------------------------------------------- tables
 
 
-def leaderboard(groups: Sequence[Group], boot: Bootstrap = Bootstrap()) -> pd.DataFrame:
+def leaderboard(groups: Sequence[Group], boot: Bootstrap = DEFAULT_BOOTSTRAP) -> pd.DataFrame:
     """A row per group: both views (%), bootstrap intervals over tasks, the replicate spread, counts."""
     rows = []
     for g in groups:
@@ -381,7 +381,7 @@ def _compare(a: Group, b: Group, name: str, boot: Bootstrap) -> dict:
             "ci_low_pp": _pct(d["ci_low"]), "ci_high_pp": _pct(d["ci_high"]), "n_tasks": d["n"]}
 
 
-def comparisons(groups: Sequence[Group], boot: Bootstrap = Bootstrap()) -> pd.DataFrame:
+def comparisons(groups: Sequence[Group], boot: Bootstrap = DEFAULT_BOOTSTRAP) -> pd.DataFrame:
     """Pairs of rows that differ in exactly one COMPARED setting: paired per-task difference
     of the All-view score (b − a, percentage points) with its bootstrap interval."""
     rows = []
@@ -532,7 +532,7 @@ def _answer_ids(g: Group) -> list[int]:
     return [setting(r)["replicate_decoding"] for r in g.runs]
 
 
-def noise_rows(groups: Sequence[Group], boot: Bootstrap = Bootstrap()) -> list[dict]:
+def noise_rows(groups: Sequence[Group], boot: Bootstrap = DEFAULT_BOOTSTRAP) -> list[dict]:
     """noise.json's rows: for each row with replicates, the sd (pp) of its overall from tasks,
     answers and judges, with the reason for any that cannot be told apart."""
     rows = []
@@ -601,7 +601,7 @@ def _paired_noise(a: Group, b: Group, boot: Bootstrap) -> dict:
     return {**d, "words": noise.noise_words(d["within_noise"], judged, answered), "drift": drift(a, b)}
 
 
-def mark_noise(groups: Sequence[Group], frame: pd.DataFrame, boot: Bootstrap = Bootstrap()) -> pd.DataFrame:
+def mark_noise(groups: Sequence[Group], frame: pd.DataFrame, boot: Bootstrap = DEFAULT_BOOTSTRAP) -> pd.DataFrame:
     """comparisons plus within_noise: does b − a hold once the replicates are resampled too?"""
     if frame.empty:
         return frame
@@ -616,7 +616,7 @@ def mark_noise(groups: Sequence[Group], frame: pd.DataFrame, boot: Bootstrap = B
     return out
 
 
-def leaderboard_gaps(groups: Sequence[Group], board: pd.DataFrame, boot: Bootstrap = Bootstrap()) -> pd.DataFrame:
+def leaderboard_gaps(groups: Sequence[Group], board: pd.DataFrame, boot: Bootstrap = DEFAULT_BOOTSTRAP) -> pd.DataFrame:
     """Each pair of adjacent leaderboard rows: upper − lower over the tasks both ran, with the
     interval from resampling tasks and replicates, and whether the gap is within noise."""
     columns = ["rank", "upper", "lower", "gap_pp", "ci_low_pp", "ci_high_pp", "n_tasks", "within_noise", "noise",
@@ -658,7 +658,7 @@ class Report:
     splits: pd.DataFrame = field(default_factory=pd.DataFrame)  #: the rubric items the panel disagrees on most
 
 
-def build(runs: Sequence[RunData], boot: Bootstrap = Bootstrap()) -> Report:
+def build(runs: Sequence[RunData], boot: Bootstrap = DEFAULT_BOOTSTRAP) -> Report:
     """All tables from the runs read: dedupe, group, then each section."""
     kept, duplicates = dedupe(runs)
     groups = group_runs(kept)

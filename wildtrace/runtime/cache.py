@@ -29,7 +29,7 @@ import os
 import tempfile
 import threading
 from collections.abc import AsyncIterator, Iterable
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -215,10 +215,8 @@ class Cache:
                 self._fallback[key] = outcome
                 read += 1
                 if not self._path(key).exists():
-                    try:
+                    with suppress(StorageError):  # still broken: the journal keeps serving it
                         self._write(key, entry.get("material") or {}, outcome)
-                    except StorageError:
-                        pass  # still broken: the journal keeps serving it
         return read
 
     @asynccontextmanager
@@ -269,10 +267,8 @@ class Cache:
 def _unlink(path: str | None) -> None:
     """Remove a temporary or lock file; on a disk that refuses even that, leave it (it is harmless)."""
     if path:
-        try:
+        with suppress(OSError):
             Path(path).unlink(missing_ok=True)
-        except OSError:
-            pass
 
 
 def _journal_entries(path: Path) -> Iterable[dict]:

@@ -363,7 +363,7 @@ class _Run:
             else:
                 try:
                     item = await asyncio.to_thread(self.prepare, task)
-                except Exception as exc:  # raised by the worker that takes it, as if the worker had read it
+                except Exception as exc:  # noqa: BLE001 - the worker that takes it raises it, as if it had read it
                     item = _Ready(task, error=exc)
             await ready.put(item)
         for _ in range(workers):

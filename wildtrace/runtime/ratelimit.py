@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import datetime
 import math
 import re
@@ -247,10 +248,8 @@ class AdaptiveLimit:
                     return
                 waiter = asyncio.get_running_loop().create_future()
                 self._waiters.append(waiter)
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(waiter, timeout=wait)
-                except TimeoutError:
-                    pass
         except BaseException:
             if ticket in self._queue:
                 self._queue.remove(ticket)

@@ -113,7 +113,7 @@ def enforce(policy: ServedPolicy | None, result: CallResult) -> CallResult:
     shown = served[:MAX_SERVED_CHARS]
     why = f"served by {shown!r}, not the {policy.expected()}"
     if policy.on_mismatch == "warn":
-        return replace(result, notes=result.notes + (f"{MISMATCH} (warned): {why}",))
+        return replace(result, notes=(*result.notes, f"{MISMATCH} (warned): {why}"))
     if not result.ok and result.reason != R.EMPTY_OUTPUT and result.reason != R.REFUSAL:
         return result  # already a failure for its own reason
     return replace(result, ok=False, reason=f"{MISMATCH}: {shown}",
