@@ -197,7 +197,7 @@ def redact(text: str, tokens: list[str]) -> str:
 
 def hub_message(error: BaseException, tokens: list[str]) -> str:
     """The Hub's whole message (every line, its cause's too), bounded and redacted, indented for the report."""
-    parts = []
+    parts: list[str] = []
     for e in _chain(error):
         text = str(e).strip()
         if text and not any(text in p for p in parts):

@@ -25,7 +25,7 @@ def judgments_frame(rows: Iterable[Mapping]) -> pd.DataFrame:
     return frame
 
 
-def task_scores(answer_status: Mapping[str, str], judgments: pd.DataFrame) -> pd.DataFrame:
+def task_scores(answer_status: Mapping[str, str | None], judgments: pd.DataFrame) -> pd.DataFrame:
     """Per task: status and score (the mean of the available judges).
 
     ``answer_status`` maps every task of the run to its answer status (answered, failed,

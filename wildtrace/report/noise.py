@@ -225,7 +225,7 @@ def noisy_difference(a: np.ndarray, answers_a: Sequence[Hashable], b: np.ndarray
                             - (ma[idx[i:i + stats.CHUNK]].mean(axis=1) * wa[i:i + stats.CHUNK]).sum(axis=1)
                             for i in range(0, boot.resamples, stats.CHUNK)])
     lo, hi = stats.percentile_interval(draws, boot.level)
-    within = None if lo is None else bool(lo <= 0.0 <= hi)
+    within = None if lo is None or hi is None else bool(lo <= 0.0 <= hi)
     return {"n": int(n), "mean_diff": float((mb.mean(axis=1) - ma.mean(axis=1)).mean()), "ci_low": lo,
             "ci_high": hi, "within_noise": within}
 

@@ -126,7 +126,7 @@ def mean_abs_diff(a: Sequence[float], b: Sequence[float]) -> float | None:
     return float(np.mean(np.abs(x - y))) if len(x) else None
 
 
-def spread(values: Sequence[float]) -> dict[str, float | int | None]:
+def spread(values: Sequence[float | None]) -> dict[str, float | int | None]:
     """mean, sample sd (ddof=1; None for one value), min, max, range and n of some numbers."""
     v = np.asarray([x for x in values if x is not None and math.isfinite(x)], dtype=float)
     if not len(v):

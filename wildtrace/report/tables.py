@@ -170,12 +170,12 @@ def _label(groups: list[Group]) -> None:
 # --------------------------------------------------------------------------- per run
 
 
-def answer_status(run: RunData) -> dict[str, str]:
-    """Each task's answer status: responses.json where read, else from scores.json's rows."""
-    from_responses = {r["question_id"]: r.get("status") for r in run.responses or []
+def answer_status(run: RunData) -> dict[str, str | None]:
+    """Each task's answer status: responses.json where read, else from scores.json's rows (None if it has none)."""
+    from_responses = {r["question_id"]: r["status"] for r in run.responses or []
                       if isinstance(r, dict) and isinstance(r.get("question_id"), str)
                       and r.get("status") in (R.ANSWERED, R.FAILED, R.OUT_OF_CONTEXT)}
-    out = {}
+    out: dict[str, str | None] = {}
     for row in run.scores.get("tasks", []):
         status = row.get("status")
         if status in (R.SCORED, R.UNSCORED):
@@ -201,7 +201,7 @@ def tasks_of(run: RunData) -> pd.DataFrame:
 
 def meta_of(runs: Iterable[RunData]) -> pd.DataFrame:
     """question_id → paradigm, context_tier (from the runs' task rows)."""
-    rows = {}
+    rows: dict[Any, dict[str, Any]] = {}
     for run in runs:
         for t in run.scores.get("tasks", []):
             rows.setdefault(t["question_id"], {views.QID: t["question_id"], views.PARADIGM: t.get(views.PARADIGM),
@@ -229,9 +229,10 @@ def cost_columns(runs: Sequence[RunData], overall: float | None) -> dict[str, fl
     """USD a run's outcomes cost (paid, or paid earlier when cached; mean over replicates) and USD per point
     of the All view. Unknown (a price missing, or runs from before costs were recorded) stays None."""
     costs = [(r.stats.get("cost") or {}).get("results_usd") for r in runs]
-    if not costs or any(c is None for c in costs):
+    known = [c for c in costs if c is not None]
+    if not costs or len(known) < len(costs):
         return {"cost_usd": None, "usd_per_point": None}
-    cost = float(np.mean(costs))
+    cost = float(np.mean(known))
     return {"cost_usd": cost, "usd_per_point": cost / overall if overall else None}
 
 

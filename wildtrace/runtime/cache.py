@@ -32,7 +32,7 @@ from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from wildtrace.files import FILE_MODE
 
@@ -42,7 +42,8 @@ CACHE_VERSION = 1
 #: The run directory's journal of outcomes the cache could not take (read by later runs).
 JOURNAL = "uncached.jsonl"
 #: The fields a stored outcome must have; an entry of another shape is a miss.
-OUTCOME_FIELDS = {"payload": object, "http_status": int, "attempts": int, "latency_s": (int, float)}
+OUTCOME_FIELDS: dict[str, type | tuple[type, ...]] = {"payload": object, "http_status": int, "attempts": int,
+                                                     "latency_s": (int, float)}
 #: How often a process waiting for another's call looks at the lock again.
 LOCK_POLL_S = 0.05
 #: Where a run's journal sits, relative to ``root``, in Hydra's layout (conf/config.yaml):
@@ -79,7 +80,7 @@ def cache_key(provider: str, url: str, route: str, body: bytes, replicate: int) 
     return key, material
 
 
-def _well_formed(outcome: Any) -> bool:
+def _well_formed(outcome: Any) -> TypeGuard[dict[str, Any]]:
     if not isinstance(outcome, dict):
         return False
     for name, kind in OUTCOME_FIELDS.items():

@@ -127,7 +127,7 @@ def judgment_record(task: Task, judge: str, prompt: str, result: CallResult) -> 
         status=R.JUDGED if available else R.BUDGET_EXHAUSTED if result.reason == R.BUDGET_EXHAUSTED else R.UNAVAILABLE,
         reason=None if available else (verdict.reason if verdict else result.reason),
         total=verdict.total if verdict else None,
-        score=verdict.score if available else None,
+        score=verdict.score if verdict else None,  # None unless available (JudgeVerdict.available)
         parsed=verdict.parsed if verdict else None,
         reply=result.text,
         prompt_sha256=sha256_text(prompt),

@@ -274,6 +274,7 @@ class AdaptiveLimit:
         for name, window in windows.items():
             reset_at = None if window.reset_in is None or window.reset_in <= 0 else now + window.reset_in
             old = self._budgets.get(name)
+            remaining: float | None
             if old is not None and old.reset_at is not None and now < old.reset_at and old.remaining is not None:
                 # Same window: answers come back out of order, so keep the lower count (ours
                 # already holds the attempts sent since the server counted).

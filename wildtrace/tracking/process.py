@@ -37,6 +37,7 @@ import subprocess
 import sys
 import threading
 import weakref
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -76,7 +77,7 @@ class ProcessObserver(RunObserver):
     def __init__(self, tracking_uri: str, experiment: str, artifact_location: str | None = None,
                  log_documents: bool = True, parent_run_id: str | None = None) -> None:
         """The same arguments as ``MlflowObserver``; the child is started here."""
-        self._kwargs = {"tracking_uri": tracking_uri, "experiment": experiment,
+        self._kwargs: dict[str, Any] = {"tracking_uri": tracking_uri, "experiment": experiment,
                         "artifact_location": artifact_location, "log_documents": log_documents,
                         "parent_run_id": parent_run_id}
         self.parent_run_id = parent_run_id
@@ -242,6 +243,12 @@ class _Forward(logging.Handler):
             pass
 
 
+def _announce_started(observer: MlflowObserver, send: Callable[[tuple], None]) -> None:
+    """Tell the parent once the MLflow run exists (or could not be made)."""
+    observer.wait_started()
+    send(("started",))
+
+
 def _warm() -> None:
     """Import MLflow while the run loads its dataset (the first MLflow call then finds it loaded)."""
     with contextlib.suppress(Exception):  # any failure: the real call reports it
@@ -282,7 +289,7 @@ def child_main(in_fd: int, out_fd: int) -> int:
         if name == "run_started":
             started = event
             observer.run_started(event)
-            threading.Thread(target=lambda: (observer.wait_started(), send(("started",))), daemon=True).start()
+            threading.Thread(target=_announce_started, args=(observer, send), daemon=True).start()
         elif name == "task_done":
             observer.task_done(event)
         elif name == "run_finished":

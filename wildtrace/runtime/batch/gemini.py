@@ -94,7 +94,8 @@ class GeminiBatch(BatchAPI):
         operation = await self.control.json("GET", self._url(batch_id), limit=limit)
         if not isinstance(operation, dict):
             raise BatchError(f"batch {batch_id}: not an operation: {str(operation)[:300]}")
-        meta = operation.get("metadata") if isinstance(operation.get("metadata"), dict) else {}
+        metadata = operation.get("metadata")
+        meta = metadata if isinstance(metadata, dict) else {}
         state = str(meta.get("state") or "unknown")
         problem = None
         if isinstance(operation.get("error"), dict):
