@@ -12,7 +12,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 from omegaconf import MISSING, OmegaConf
 
@@ -553,4 +553,4 @@ def to_settings(dict_cfg: Any) -> WildtraceConfig:
     if not isinstance(obj, WildtraceConfig):  # composed without the schema (should not happen)
         merged = OmegaConf.merge(OmegaConf.structured(WildtraceConfig), dict_cfg)
         obj = OmegaConf.to_object(merged)
-    return validate(obj)
+    return validate(cast(WildtraceConfig, obj))  # merged onto the schema, to_object gives the schema's dataclass

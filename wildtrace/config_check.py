@@ -297,8 +297,10 @@ def _conf_retirements(conf_dir: Path) -> list[tuple[str, RetiredConfig]]:
     return out
 
 
-def retirement_for(route: str, base_url: str, blocks: list[tuple[str, RetiredConfig]]) -> tuple[str, RetiredConfig] | None:
-    """The block that retires this route at this host, if any: the route (dates, prefixes aside) and the host both match."""
+def retirement_for(route: str, base_url: str,
+                   blocks: list[tuple[str, RetiredConfig]]) -> tuple[str, RetiredConfig] | None:
+    """The block that retires this route at this host, if any: the route (dates, prefixes aside) and the host
+    both match."""
     ident, host = model_identity(route), _host(base_url)
     for where, block in blocks:
         if host in {h.lower() for h in block.hosts} and ident in {model_identity(r) for r in block.routes}:

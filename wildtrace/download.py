@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import re
@@ -182,10 +183,8 @@ def known_tokens(environ: Mapping[str, str] = os.environ) -> list[str]:
     tokens = [environ.get(name, "").strip() for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")]
     home = environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface")
     token_file = Path(environ.get("HF_TOKEN_PATH") or os.path.join(home, "token"))
-    try:
+    with contextlib.suppress(OSError, UnicodeDecodeError):
         tokens.append(token_file.read_text("utf-8").strip()[:512])
-    except (OSError, UnicodeDecodeError):
-        pass
     return [t for t in tokens if t]
 
 
@@ -198,7 +197,7 @@ def redact(text: str, tokens: list[str]) -> str:
 
 def hub_message(error: BaseException, tokens: list[str]) -> str:
     """The Hub's whole message (every line, its cause's too), bounded and redacted, indented for the report."""
-    parts = []
+    parts: list[str] = []
     for e in _chain(error):
         text = str(e).strip()
         if text and not any(text in p for p in parts):

@@ -74,7 +74,8 @@ def price_calls(calls: Iterable[PlannedCall], prices: Mapping[str, Price | None]
         row["output_tokens_max"] += call.max_tokens
         row["tier_calls"] += int(price is not None and in_tier(price, low_in))
         b = call.label in batched
-        for key, usd in (("usd_min", _usd(price, low_in, low_out, b)), ("usd_max", _usd(price, high_in, call.max_tokens, b))):
+        for key, usd in (("usd_min", _usd(price, low_in, low_out, b)),
+                         ("usd_max", _usd(price, high_in, call.max_tokens, b))):
             row[key] = None if usd is None or row[key] is None else row[key] + usd
     for row in rows.values():
         for key in ("usd_min", "usd_max"):
@@ -119,7 +120,8 @@ def render(est: dict) -> str:
         rows.append((label, f"{r['calls']:,}", inputs, f"{r['output_tokens_min']:,}–{r['output_tokens_max']:,}",
                      f"{r['tier_calls']:,}", _money(r["usd_min"]), _money(r["usd_max"])))
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
+    lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
+                       for i, (cell, w) in enumerate(zip(row, widths, strict=True)))
              for row in rows]
     lines.append(total_line(est))
     lines.extend(f"price unknown: {label} has no {key} (the total stays unknown until it is set)"

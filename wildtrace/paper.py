@@ -23,7 +23,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from wildtrace.config import JUDGE_KEY, PROVIDERS, ConfigError
 from wildtrace.config_check import RESERVED_JUDGE_KEYS
@@ -314,13 +314,13 @@ def build_overrides(cfg: PaperConfig, row: TableRow | None, data: Path, corpus: 
 
 def table_row(model: str, conf_dir: Path) -> TableRow | None:
     """The conf/model file whose name or route is this model (dates and gateway prefixes aside), if any."""
-    from omegaconf import OmegaConf
+    from omegaconf import DictConfig, OmegaConf
 
     from wildtrace.config_check import model_identity
 
     wanted = model_identity(model)
     for path in sorted((conf_dir / "model").glob("*.yaml")):
-        node = OmegaConf.load(path)
+        node = cast(DictConfig, OmegaConf.load(path))  # a conf/model file is a mapping, never a list
         if path.stem == "custom" or wanted not in {model_identity(str(node.get("name"))),
                                                    model_identity(str(node.get("route")))}:
             continue

@@ -13,6 +13,7 @@ less ``probe.margin``, rounded down to ``probe.round_to`` characters.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime
 import logging
@@ -156,11 +157,9 @@ def plan_cost(settings: ProbeSettings) -> tuple[int, int]:
                 sizes.append(chars)
                 return chars <= limit
 
-            try:
+            with contextlib.suppress(ProbeError):
                 asyncio.run(search(language, settings.min_chars, hi, settings.resolution, settings.max_requests,
                                    oracle))
-            except ProbeError:
-                pass
             worst = (max(worst[0], len(sizes)), max(worst[1], int(sum(sizes) / CHARS_PER_TOKEN[language])))
         requests, tokens = requests + worst[0], tokens + worst[1]
     return min(requests, settings.max_requests), tokens
@@ -294,7 +293,7 @@ def probe(cfg: ProbeRunConfig, ask: Callable[[str], str] = input) -> Path | None
         budget -= len(s.tried)
         found.append(s)
     caps = {s.language: cap_of(s, p) for s in found}
-    date = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
+    date = datetime.datetime.now(datetime.UTC).date().isoformat()
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(model_yaml(cfg, caps, found, date), encoding="utf-8")
     print(f"probe: caps en={caps.get('en', '—')} cjk={caps.get('cjk', '—')} characters "

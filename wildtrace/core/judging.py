@@ -78,14 +78,16 @@ class _Scanner:
         self.strings: dict[int, tuple[int, bool]] = {}  # start → (end or _FAIL, is "total")
 
     def ws(self, pos: int) -> int:
-        return _WS.match(self.text, pos).end()
+        match = _WS.match(self.text, pos)  # white space may be empty: it always matches
+        return match.end() if match else pos
 
     def string(self, pos: int) -> tuple[int, bool]:
         """End of the JSON string starting at ``pos`` (a quote) and whether it reads "total"."""
         if pos in self.strings:
             return self.strings[pos]
         try:
-            value, end = json.decoder.scanstring(self.text, pos + 1, True)
+            # json.decoder.scanstring is public (C or Python) but typeshed leaves it out
+            value, end = json.decoder.scanstring(self.text, pos + 1, True)  # type: ignore[attr-defined]
             result = (end, value == "total")
         except ValueError:
             result = (_FAIL, False)
@@ -136,7 +138,7 @@ class _Scanner:
                     end, depth = inner + 1, 1
                     self._finish(pos, end, depth, None, is_object)
                 else:
-                    frame = [pos, is_object, 1, None, False]
+                    frame: list[Any] = [pos, is_object, 1, None, False]
                     if is_object:
                         inner, frame[4] = self.member_key(inner)
                     if inner != _FAIL:

@@ -81,7 +81,7 @@ class Completion:
     usage: Usage = field(default_factory=Usage)  # token counts
     refusal: str | None = None  # the provider's refusal signal or message, if any
     reasoning: str | None = None  # reasoning text (reasoning_content, thinking blocks, thought parts, <think>)
-    served_model: str | None = None  # the model the response says answered (OpenAI/Anthropic model, Gemini modelVersion)
+    served_model: str | None = None  # model the response says answered (OpenAI/Anthropic model, Gemini modelVersion)
 
 
 @dataclass(frozen=True)

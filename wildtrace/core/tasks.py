@@ -11,10 +11,11 @@ import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 #: Kept where present, for breakdowns (paradigm, tier) and provenance (freeze, release).
-META_FIELDS = ("paradigm", "context_tier", "corpus_id", "doc_token_estimate", "freeze_id", "release_version", "language")
+META_FIELDS = ("paradigm", "context_tier", "corpus_id", "doc_token_estimate", "freeze_id", "release_version",
+               "language")
 
 
 class DatasetError(ValueError):
@@ -61,7 +62,7 @@ def _required_str(record: Mapping[str, Any], key: str, at: str) -> str:
     return value
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 

@@ -25,7 +25,7 @@ def judgments_frame(rows: Iterable[Mapping]) -> pd.DataFrame:
     return frame
 
 
-def task_scores(answer_status: Mapping[str, str], judgments: pd.DataFrame) -> pd.DataFrame:
+def task_scores(answer_status: Mapping[str, str | None], judgments: pd.DataFrame) -> pd.DataFrame:
     """Per task: status and score (the mean of the available judges).
 
     ``answer_status`` maps every task of the run to its answer status (answered, failed,
@@ -60,7 +60,7 @@ def task_outcome(answer_status: str, judgments: Iterable[Mapping]) -> tuple[str,
 def scored_view(tasks: pd.DataFrame) -> tuple[float | None, int]:
     """Scored: mean over valid scored responses, and their number n."""
     scored = tasks.loc[tasks[STATUS] == R.SCORED, SCORE].astype(float)
-    return (float(scored.mean()) if len(scored) else None), int(len(scored))
+    return (float(scored.mean()) if len(scored) else None), len(scored)
 
 
 def all_view(tasks: pd.DataFrame, n_total: int | None = None) -> float | None:
@@ -84,7 +84,7 @@ def judge_means(judgments: pd.DataFrame) -> dict[str, dict]:
         ok = group[group[STATUS] == R.JUDGED]
         out[str(judge)] = {
             "mean": float(ok[SCORE].astype(float).mean()) if len(ok) else None,
-            "n": int(len(ok)),
+            "n": len(ok),
             "n_unavailable": int(len(group) - len(ok)),
             "unavailable_rate": float((len(group) - len(ok)) / len(group)) if len(group) else None,
         }
@@ -121,7 +121,7 @@ def breakdown(tasks: pd.DataFrame, meta: pd.DataFrame, by: str) -> pd.DataFrame:
     rows = []
     for value, group in merged.groupby(by, dropna=False, sort=True):
         scored, n_scored = scored_view(group)
-        rows.append({by: value, "all": all_view(group), "scored": scored, "n": int(len(group)), "n_scored": n_scored})
+        rows.append({by: value, "all": all_view(group), "scored": scored, "n": len(group), "n_scored": n_scored})
     return pd.DataFrame(rows, columns=[by, "all", "scored", "n", "n_scored"])
 
 
@@ -139,7 +139,7 @@ def matched_panel(runs: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     for label, frame in runs.items():
         subset = frame[frame[QID].isin(common)]
         rows.append({"model": label, "matched": float(subset[SCORE].astype(float).mean()) if len(subset) else None,
-                     "n": int(len(subset))})
+                     "n": len(subset)})
     return pd.DataFrame(rows, columns=["model", "matched", "n"])
 
 
@@ -165,7 +165,7 @@ def agreement(judgments: pd.DataFrame) -> dict[str, dict]:
             if len(both) >= 2 and both[a].max() > both[a].min() and both[b].max() > both[b].min():
                 corr = float(both[a].corr(both[b]))
             out[f"{a}~{b}"] = {"mad": float((both[a] - both[b]).abs().mean()) if len(both) else None,
-                               "corr": corr, "n": int(len(both))}
+                               "corr": corr, "n": len(both)}
     return out
 
 

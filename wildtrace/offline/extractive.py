@@ -68,7 +68,8 @@ def extractive_answer(question: str, document: str, budget: int = ANSWER_CHARS, 
     if rng is not None and temperature is not None and temperature > GREEDY_MAX_TEMPERATURE:
         keys = sampled_keys(scores, temperature, rng)
     ranked = sorted(range(len(sents)), key=lambda i: (-keys[i], i))
-    chosen, used = [], 0
+    chosen: list[int] = []
+    used = 0
     for i in ranked:
         if scores[i] <= 0 or (chosen and used + len(sents[i]) > budget):
             break

@@ -28,7 +28,7 @@ _ITEM = re.compile(r"^P(\d+) \((.+?)pts\): (.*)$")
 
 def split_judge_prompt(prompt: str) -> tuple[list[tuple[float, str]], str]:
     """Recover ([(points, criterion)], response) from the spec's judge prompt."""
-    head, sep, rest = prompt.partition(JUDGE_RUBRIC)
+    _head, sep, rest = prompt.partition(JUDGE_RUBRIC)
     if not sep or not prompt.endswith(JUDGE_TAIL):
         raise ValueError("not a WildTrace judge prompt")
     rubric_text, sep, response = rest.partition(JUDGE_RESPONSE)

@@ -31,12 +31,14 @@ REASONING_FORMATS: dict[str, str] = {
     "qwen": "enable_thinking: false for none, else enable_thinking: true + thinking_budget (DashScope / Qwen)",
     "thinking": "thinking: {type: disabled} for none, else {type: enabled} (GLM, Kimi K2.x)",
     "deepseek": "thinking: {type: disabled} for none, else {type: enabled} + reasoning_effort: <level> (DeepSeek)",
-    "doubao": "thinking: {type: disabled} for none, else {type: enabled} + reasoning_effort (Doubao Seed, Volcengine Ark)",
+    "doubao": "thinking: {type: disabled} for none, else {type: enabled} + reasoning_effort "
+              "(Doubao Seed, Volcengine Ark)",
     "minimax": "reasoning_split: true (reasoning out of the content); none adds thinking: {type: disabled} (MiniMax)",
     "none": "nothing: the endpoint has no reasoning control",
     # anthropic wire format
     "anthropic-budget": "thinking: {type: enabled, budget_tokens: N}; none sends no thinking (Claude before 4.6)",
-    "anthropic-adaptive": "thinking: {type: adaptive} + output_config: {effort: <level>}; none sends no thinking (Claude 4.6+)",
+    "anthropic-adaptive": "thinking: {type: adaptive} + output_config: {effort: <level>}; none sends no thinking "
+                          "(Claude 4.6+)",
     # gemini wire format
     "gemini-budget": "generationConfig.thinkingConfig: {thinkingBudget: N, includeThoughts: true} (Gemini 2.5)",
     "gemini-level": "generationConfig.thinkingConfig: {thinkingLevel: <level>, includeThoughts: true} (Gemini 3.x)",

@@ -74,7 +74,7 @@ class OfflineProvider(OpenAIProvider):
         """(HTTP status, JSON body) for one request, as a server would answer it."""
         route = body.get("model") if isinstance(body, dict) else None
         answer = ROUTES.get(route) if isinstance(route, str) else None
-        if answer is None:
+        if answer is None or not isinstance(route, str):
             return 404, {"error": {"message": f"unknown offline route {route!r}; known: {sorted(ROUTES)}"}}
         try:
             rng = random.Random(seed_of(body, replicate))

@@ -100,7 +100,8 @@ class OpenAIProvider(Provider):
         if temperature is not None:
             body["temperature"] = temperature
         body.update(self._reasoning(sampling))
-        return WireRequest(url=self.spec.base_url.rstrip("/") + "/chat/completions", body=merge_extra(body, self.spec.extra_body))
+        url = self.spec.base_url.rstrip("/") + "/chat/completions"
+        return WireRequest(url=url, body=merge_extra(body, self.spec.extra_body))
 
     def _reasoning(self, sampling: Sampling) -> dict[str, Any]:
         level = sampling.reasoning_effort

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from wildtrace.report import stats
-from wildtrace.report.stats import Bootstrap
+from wildtrace.report.stats import DEFAULT_BOOTSTRAP, Bootstrap
 
 #: Scores closer than this are the same score (totals are hundredths; floats are not exact).
 EPS = 1e-9
@@ -144,7 +144,7 @@ def _task_bootstrap_var(per_task: np.ndarray, boot: Bootstrap) -> float:
     return float(draws.var(ddof=1)) if len(draws) > 1 else 0.0
 
 
-def decompose(matrix: np.ndarray, answer_ids: Sequence[Hashable], boot: Bootstrap = Bootstrap()) -> dict:
+def decompose(matrix: np.ndarray, answer_ids: Sequence[Hashable], boot: Bootstrap = DEFAULT_BOOTSTRAP) -> dict:
     """The variance of a row's overall score split into tasks, answers and judges (0–1² units).
 
     ``matrix`` is tasks × runs of All-view task scores (unscored = 0); ``answer_ids`` names
@@ -206,7 +206,7 @@ def replicate_weights(sets: Sequence[Sequence[int]], n_runs: int, rng: np.random
 
 
 def noisy_difference(a: np.ndarray, answers_a: Sequence[Hashable], b: np.ndarray, answers_b: Sequence[Hashable],
-                     boot: Bootstrap = Bootstrap()) -> dict:
+                     boot: Bootstrap = DEFAULT_BOOTSTRAP) -> dict:
     """Mean of b − a over paired tasks (rows of both matrices, tasks × runs, All view) with a
     percentile interval from resampling the tasks (paired) and each side's replicates.
 
@@ -225,7 +225,7 @@ def noisy_difference(a: np.ndarray, answers_a: Sequence[Hashable], b: np.ndarray
                             - (ma[idx[i:i + stats.CHUNK]].mean(axis=1) * wa[i:i + stats.CHUNK]).sum(axis=1)
                             for i in range(0, boot.resamples, stats.CHUNK)])
     lo, hi = stats.percentile_interval(draws, boot.level)
-    within = None if lo is None else bool(lo <= 0.0 <= hi)
+    within = None if lo is None or hi is None else bool(lo <= 0.0 <= hi)
     return {"n": int(n), "mean_diff": float((mb.mean(axis=1) - ma.mean(axis=1)).mean()), "ci_low": lo,
             "ci_high": hi, "within_noise": within}
 
@@ -264,7 +264,7 @@ def judge_splits(items: pd.DataFrame, criteria: dict[str, list[str]], top: int =
     means = table.groupby(level=[QID, ITEM]).mean().add_prefix("points_")
     out = out.join(means).reset_index()
     out.insert(2, "criterion", [(criteria.get(str(q), []) + [None] * int(i))[int(i) - 1]
-                                for q, i in zip(out[QID], out[ITEM])])
+                                for q, i in zip(out[QID], out[ITEM], strict=True)])
     out = out[out["split_rate"] > 0]
     return out.sort_values(["split_rate", "mean_spread"], ascending=False, kind="stable").head(top) \
         .reset_index(drop=True)

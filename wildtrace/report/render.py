@@ -18,12 +18,12 @@ import matplotlib
 
 matplotlib.use("Agg")  # no display: plots are files
 
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
 
-from wildtrace.report.noise import interpretation  # noqa: E402
-from wildtrace.report.tables import Report  # noqa: E402
+from wildtrace.report.noise import interpretation
+from wildtrace.report.tables import Report
 
 #: Section ids of report.html, in page order, with their headings.
 SECTIONS = {
@@ -70,7 +70,8 @@ def agreement_frames(agreement: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
                             "n_parse_failures": v.get("n_parse_failures"), "n_call_failures": v.get("n_call_failures"),
                             "unavailable_pct": _pct(v["unavailable_rate"])} for k, v in agreement["judges"].items()])
     pairs = pd.DataFrame([{"pair": k, "pearson": v["pearson"], "spearman": v["spearman"],
-                           "mean_abs_diff_pp": _pct(v["mad"]), "n_both": v["n"]} for k, v in agreement["pairs"].items()])
+                           "mean_abs_diff_pp": _pct(v["mad"]), "n_both": v["n"]}
+                          for k, v in agreement["pairs"].items()])
     return judges, pairs
 
 
@@ -221,7 +222,8 @@ def plot_noise(rows: list[dict]) -> bytes:
     ax.set_yticks(range(len(rows)), [r["model"] for r in rows])
     ax.invert_yaxis()
     ax.set_xlim(0, 100)
-    ax.set_xlabel("share of the overall's variance (%): tasks, answers (decoding replicates), judges (judge replicates)")
+    ax.set_xlabel("share of the overall's variance (%): tasks, answers (decoding replicates), "
+                  "judges (judge replicates)")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=3)
     return _png(fig)
 
@@ -249,8 +251,9 @@ def tables(report: Report) -> dict[str, pd.DataFrame]:
     """name (without extension) → table, as written to CSV and logged to MLflow."""
     judges, pairs = agreement_frames(report.agreement)
     return {"leaderboard": report.leaderboard, "matched_panel": report.matched, "paradigms": report.paradigms,
-            "tiers": report.tiers, "judges": judges, "judge_pairs": pairs, "intra_rater": intra_rater_frame(report.agreement),
-            "intra_rater_items": report.item_flips, "judge_splits": report.splits, "replicates": report.replicates,
+            "tiers": report.tiers, "judges": judges, "judge_pairs": pairs,
+            "intra_rater": intra_rater_frame(report.agreement), "intra_rater_items": report.item_flips,
+            "judge_splits": report.splits, "replicates": report.replicates,
             "replicate_tasks": report.replicate_tasks, "noise": noise_frame(report.noise), "gaps": report.gaps,
             "comparisons": report.comparisons, "provenance": report.provenance}
 
@@ -312,13 +315,15 @@ def leaderboard_view(board: pd.DataFrame) -> pd.DataFrame:
         return board
     view = board[["model", "panel", "release", "run_date"]].copy()
     view["overall: All view (%)"] = board["overall"]
-    view["overall 95% CI (%)"] = [_interval(lo, hi) for lo, hi in zip(board["overall_ci_low"], board["overall_ci_high"])]
+    view["overall 95% CI (%)"] = [_interval(lo, hi) for lo, hi in
+                                  zip(board["overall_ci_low"], board["overall_ci_high"], strict=True)]
     view["Scored view (%)"] = board["scored"]
-    view["scored 95% CI (%)"] = [_interval(lo, hi) for lo, hi in zip(board["scored_ci_low"], board["scored_ci_high"])]
+    view["scored 95% CI (%)"] = [_interval(lo, hi) for lo, hi in
+                                 zip(board["scored_ci_low"], board["scored_ci_high"], strict=True)]
     view["runs (n)"] = board["n_runs"]
     view["sd across runs (pp)"] = board["overall_sd"]
     view["range across runs (%)"] = [_interval(lo, hi) if n > 1 else "—" for lo, hi, n in
-                                     zip(board["overall_min"], board["overall_max"], board["n_runs"])]
+                                     zip(board["overall_min"], board["overall_max"], board["n_runs"], strict=True)]
     for column in ("n_scored", "n_out_of_context", "n_failed", "n_tasks"):
         view[column] = board[column]
     if "cost_usd" in board:  # USD the outcomes cost, and per point of the All view ("—" when unknown)
@@ -393,11 +398,12 @@ def gaps_view(frame: pd.DataFrame) -> pd.DataFrame:
         return frame
     out = frame.copy()
     if "noise_ci_low_pp" in out:  # comparisons: the task-only interval beside the one with replicates
-        out["95% CI, tasks only (pp)"] = [_signed(lo, hi) for lo, hi in zip(out["ci_low_pp"], out["ci_high_pp"])]
+        out["95% CI, tasks only (pp)"] = [_signed(lo, hi) for lo, hi in
+                                          zip(out["ci_low_pp"], out["ci_high_pp"], strict=True)]
         low, high = "noise_ci_low_pp", "noise_ci_high_pp"
     else:
         low, high = "ci_low_pp", "ci_high_pp"
-    out["95% CI, tasks and replicates (pp)"] = [_signed(lo, hi) for lo, hi in zip(out[low], out[high])]
+    out["95% CI, tasks and replicates (pp)"] = [_signed(lo, hi) for lo, hi in zip(out[low], out[high], strict=True)]
     out = out.drop(columns=[c for c in ("ci_low_pp", "ci_high_pp", "noise_ci_low_pp", "noise_ci_high_pp",
                                         "within_noise") if c in out])
     last = [c for c in ("noise", "judge_drift") if c in out]
@@ -428,8 +434,8 @@ def page(report: Report, pngs: dict[str, bytes]) -> str:
         "judge-agreement": _judge_agreement_html(report, pngs),
         "judge-splits": "<p>Rubric items where the judges of one run gave different points to the same answer, "
                         "most often first (top 20): each judge's mean points for the item.</p>"
-                        + _table(_rates_in_pct(report.splits), "(no per-item points: judgments.json not read, or the judges "
-                                                "never split)"),
+                        + _table(_rates_in_pct(report.splits),
+                                 "(no per-item points: judgments.json not read, or the judges never split)"),
         "replicates": _table(replicates) + _img(pngs.get("replicates.png"), "replicate spread"),
         "noise": "<p>For each row with replicates: the standard deviation of its overall score (pp) from task "
                  "sampling (bootstrap over tasks), answer sampling (decoding replicates) and judge sampling (judge "

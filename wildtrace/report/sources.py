@@ -77,7 +77,7 @@ def rubric_of(prompt: Any) -> list[str]:
     rubric, sep2, _ = rest.partition(JUDGE_RESPONSE)
     if not sep or not sep2:
         return []
-    out = []
+    out: list[str] = []
     for line in rubric.splitlines():
         match = _RUBRIC_LINE.match(line)
         if match and int(match.group(1)) == len(out) + 1:

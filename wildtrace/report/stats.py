@@ -25,6 +25,10 @@ class Bootstrap:
     level: float = LEVEL  #: two-sided coverage, 0.95 → the 2.5th and 97.5th percentiles
 
 
+#: The default of every ``boot`` parameter (frozen, so one shared instance is safe).
+DEFAULT_BOOTSTRAP = Bootstrap()
+
+
 #: Resamples gathered at once: bounds memory to CHUNK × tasks × runs floats.
 CHUNK = 250
 
@@ -122,12 +126,12 @@ def mean_abs_diff(a: Sequence[float], b: Sequence[float]) -> float | None:
     return float(np.mean(np.abs(x - y))) if len(x) else None
 
 
-def spread(values: Sequence[float]) -> dict[str, float | int | None]:
+def spread(values: Sequence[float | None]) -> dict[str, float | int | None]:
     """mean, sample sd (ddof=1; None for one value), min, max, range and n of some numbers."""
     v = np.asarray([x for x in values if x is not None and math.isfinite(x)], dtype=float)
     if not len(v):
         return {"n": 0, "mean": None, "sd": None, "min": None, "max": None, "range": None}
-    return {"n": int(len(v)), "mean": float(v.mean()), "sd": float(v.std(ddof=1)) if len(v) > 1 else None,
+    return {"n": len(v), "mean": float(v.mean()), "sd": float(v.std(ddof=1)) if len(v) > 1 else None,
             "min": float(v.min()), "max": float(v.max()), "range": float(v.max() - v.min())}
 
 
@@ -140,7 +144,7 @@ def paired_difference(a: Sequence[float], b: Sequence[float], boot: Bootstrap = 
     rng = np.random.default_rng(boot.seed)
     draws = diff[rng.integers(0, len(diff), size=(boot.resamples, len(diff)))].mean(axis=1)
     lo, hi = _percentiles(draws, boot.level)
-    return {"n": int(len(diff)), "mean_diff": float(diff.mean()), "ci_low": lo, "ci_high": hi}
+    return {"n": len(diff), "mean_diff": float(diff.mean()), "ci_low": lo, "ci_high": hi}
 
 
 def krippendorff_interval(reliability: np.ndarray) -> float | None:

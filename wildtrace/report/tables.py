@@ -22,7 +22,7 @@ import pandas as pd
 from wildtrace.core import records as R
 from wildtrace.core import views
 from wildtrace.report import noise, stats
-from wildtrace.report.stats import Bootstrap
+from wildtrace.report.stats import DEFAULT_BOOTSTRAP, Bootstrap
 
 #: Config keys that name where or when a run happened, not what it did.
 RUN_SPECIFIC = ("out_dir", "progress", "root", "cache", "mlflow", "responses")
@@ -160,7 +160,7 @@ def _label(groups: list[Group]) -> None:
         varying.remove("judges")  # the panel's name already says which judges
     short = {"temperature": "t", "max_tokens": "mt", "reasoning_effort": "effort"}
     seen: dict[str, int] = {}
-    for group, s in zip(groups, settings):
+    for group, s in zip(groups, settings, strict=True):
         parts = [s["model"]] + [f"{short.get(k, k)}={s[k]}" for k in varying]
         label = " · ".join(parts)
         seen[label] = seen.get(label, 0) + 1
@@ -170,12 +170,12 @@ def _label(groups: list[Group]) -> None:
 # --------------------------------------------------------------------------- per run
 
 
-def answer_status(run: RunData) -> dict[str, str]:
-    """Each task's answer status: responses.json where read, else from scores.json's rows."""
-    from_responses = {r["question_id"]: r.get("status") for r in run.responses or []
+def answer_status(run: RunData) -> dict[str, str | None]:
+    """Each task's answer status: responses.json where read, else from scores.json's rows (None if it has none)."""
+    from_responses = {r["question_id"]: r["status"] for r in run.responses or []
                       if isinstance(r, dict) and isinstance(r.get("question_id"), str)
                       and r.get("status") in (R.ANSWERED, R.FAILED, R.OUT_OF_CONTEXT)}
-    out = {}
+    out: dict[str, str | None] = {}
     for row in run.scores.get("tasks", []):
         status = row.get("status")
         if status in (R.SCORED, R.UNSCORED):
@@ -201,7 +201,7 @@ def tasks_of(run: RunData) -> pd.DataFrame:
 
 def meta_of(runs: Iterable[RunData]) -> pd.DataFrame:
     """question_id → paradigm, context_tier (from the runs' task rows)."""
-    rows = {}
+    rows: dict[Any, dict[str, Any]] = {}
     for run in runs:
         for t in run.scores.get("tasks", []):
             rows.setdefault(t["question_id"], {views.QID: t["question_id"], views.PARADIGM: t.get(views.PARADIGM),
@@ -229,9 +229,10 @@ def cost_columns(runs: Sequence[RunData], overall: float | None) -> dict[str, fl
     """USD a run's outcomes cost (paid, or paid earlier when cached; mean over replicates) and USD per point
     of the All view. Unknown (a price missing, or runs from before costs were recorded) stays None."""
     costs = [(r.stats.get("cost") or {}).get("results_usd") for r in runs]
-    if not costs or any(c is None for c in costs):
+    known = [c for c in costs if c is not None]
+    if not costs or len(known) < len(costs):
         return {"cost_usd": None, "usd_per_point": None}
-    cost = float(np.mean(costs))
+    cost = float(np.mean(known))
     return {"cost_usd": cost, "usd_per_point": cost / overall if overall else None}
 
 
@@ -247,7 +248,7 @@ def _pct(value: float | None) -> float | None:
 # --------------------------------------------------------------------------- tables
 
 
-def leaderboard(groups: Sequence[Group], boot: Bootstrap = Bootstrap()) -> pd.DataFrame:
+def leaderboard(groups: Sequence[Group], boot: Bootstrap = DEFAULT_BOOTSTRAP) -> pd.DataFrame:
     """A row per group: both views (%), bootstrap intervals over tasks, the replicate spread, counts."""
     rows = []
     for g in groups:
@@ -327,7 +328,7 @@ def judge_agreement(runs: Sequence[RunData]) -> dict[str, Any]:
         row["pearson"] = stats.pearson(both[a], both[b]) if len(both) else None
         row["spearman"] = stats.spearman(both[a], both[b]) if len(both) else None
     alpha = stats.krippendorff_interval(table.T.to_numpy()) if table.shape[1] >= 2 else None
-    return {"judges": judges, "pairs": pairs, "krippendorff_alpha_interval": alpha, "n_units": int(len(table)),
+    return {"judges": judges, "pairs": pairs, "krippendorff_alpha_interval": alpha, "n_units": len(table),
             "n_runs": len(runs)}
 
 
@@ -381,7 +382,7 @@ def _compare(a: Group, b: Group, name: str, boot: Bootstrap) -> dict:
             "ci_low_pp": _pct(d["ci_low"]), "ci_high_pp": _pct(d["ci_high"]), "n_tasks": d["n"]}
 
 
-def comparisons(groups: Sequence[Group], boot: Bootstrap = Bootstrap()) -> pd.DataFrame:
+def comparisons(groups: Sequence[Group], boot: Bootstrap = DEFAULT_BOOTSTRAP) -> pd.DataFrame:
     """Pairs of rows that differ in exactly one COMPARED setting: paired per-task difference
     of the All-view score (b − a, percentage points) with its bootstrap interval."""
     rows = []
@@ -532,7 +533,7 @@ def _answer_ids(g: Group) -> list[int]:
     return [setting(r)["replicate_decoding"] for r in g.runs]
 
 
-def noise_rows(groups: Sequence[Group], boot: Bootstrap = Bootstrap()) -> list[dict]:
+def noise_rows(groups: Sequence[Group], boot: Bootstrap = DEFAULT_BOOTSTRAP) -> list[dict]:
     """noise.json's rows: for each row with replicates, the sd (pp) of its overall from tasks,
     answers and judges, with the reason for any that cannot be told apart."""
     rows = []
@@ -601,12 +602,12 @@ def _paired_noise(a: Group, b: Group, boot: Bootstrap) -> dict:
     return {**d, "words": noise.noise_words(d["within_noise"], judged, answered), "drift": drift(a, b)}
 
 
-def mark_noise(groups: Sequence[Group], frame: pd.DataFrame, boot: Bootstrap = Bootstrap()) -> pd.DataFrame:
+def mark_noise(groups: Sequence[Group], frame: pd.DataFrame, boot: Bootstrap = DEFAULT_BOOTSTRAP) -> pd.DataFrame:
     """comparisons plus within_noise: does b − a hold once the replicates are resampled too?"""
     if frame.empty:
         return frame
     by_label = {g.label: g for g in groups}
-    marks = [_paired_noise(by_label[a], by_label[b], boot) for a, b in zip(frame["a"], frame["b"])]
+    marks = [_paired_noise(by_label[a], by_label[b], boot) for a, b in zip(frame["a"], frame["b"], strict=True)]
     out = frame.copy()
     out["noise_ci_low_pp"] = [_pct(m["ci_low"]) for m in marks]
     out["noise_ci_high_pp"] = [_pct(m["ci_high"]) for m in marks]
@@ -616,7 +617,7 @@ def mark_noise(groups: Sequence[Group], frame: pd.DataFrame, boot: Bootstrap = B
     return out
 
 
-def leaderboard_gaps(groups: Sequence[Group], board: pd.DataFrame, boot: Bootstrap = Bootstrap()) -> pd.DataFrame:
+def leaderboard_gaps(groups: Sequence[Group], board: pd.DataFrame, boot: Bootstrap = DEFAULT_BOOTSTRAP) -> pd.DataFrame:
     """Each pair of adjacent leaderboard rows: upper − lower over the tasks both ran, with the
     interval from resampling tasks and replicates, and whether the gap is within noise."""
     columns = ["rank", "upper", "lower", "gap_pp", "ci_low_pp", "ci_high_pp", "n_tasks", "within_noise", "noise",
@@ -625,7 +626,8 @@ def leaderboard_gaps(groups: Sequence[Group], board: pd.DataFrame, boot: Bootstr
         return pd.DataFrame(columns=columns)
     by_label = {g.label: g for g in groups}
     rows = []
-    for rank, (upper, lower) in enumerate(zip(board["model"], board["model"].iloc[1:]), start=1):
+    # neighbours: the second column is one shorter, so the last row pairs with nothing
+    for rank, (upper, lower) in enumerate(zip(board["model"], board["model"].iloc[1:], strict=False), start=1):
         m = _paired_noise(by_label[lower], by_label[upper], boot)
         rows.append({"rank": rank, "upper": upper, "lower": lower, "gap_pp": _pct(m["mean_diff"]),
                      "ci_low_pp": _pct(m["ci_low"]), "ci_high_pp": _pct(m["ci_high"]), "n_tasks": m["n"],
@@ -657,7 +659,7 @@ class Report:
     splits: pd.DataFrame = field(default_factory=pd.DataFrame)  #: the rubric items the panel disagrees on most
 
 
-def build(runs: Sequence[RunData], boot: Bootstrap = Bootstrap()) -> Report:
+def build(runs: Sequence[RunData], boot: Bootstrap = DEFAULT_BOOTSTRAP) -> Report:
     """All tables from the runs read: dedupe, group, then each section."""
     kept, duplicates = dedupe(runs)
     groups = group_runs(kept)

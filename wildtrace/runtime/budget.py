@@ -203,7 +203,7 @@ class Ledger:
         """Price an outcome, release its reservation for its real cost, and return it with its cost."""
         account = self.account(label)
         held = ticket is not None and ticket.reserved
-        if held:
+        if held and ticket is not None:
             account.held -= ticket.worst or 0
             ticket.reserved = False
             self._notify()

@@ -29,10 +29,10 @@ import os
 import tempfile
 import threading
 from collections.abc import AsyncIterator, Iterable
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from wildtrace.files import FILE_MODE
 
@@ -42,7 +42,8 @@ CACHE_VERSION = 1
 #: The run directory's journal of outcomes the cache could not take (read by later runs).
 JOURNAL = "uncached.jsonl"
 #: The fields a stored outcome must have; an entry of another shape is a miss.
-OUTCOME_FIELDS = {"payload": object, "http_status": int, "attempts": int, "latency_s": (int, float)}
+OUTCOME_FIELDS: dict[str, type | tuple[type, ...]] = {"payload": object, "http_status": int, "attempts": int,
+                                                     "latency_s": (int, float)}
 #: How often a process waiting for another's call looks at the lock again.
 LOCK_POLL_S = 0.05
 #: Where a run's journal sits, relative to ``root``, in Hydra's layout (conf/config.yaml):
@@ -79,7 +80,7 @@ def cache_key(provider: str, url: str, route: str, body: bytes, replicate: int) 
     return key, material
 
 
-def _well_formed(outcome: Any) -> bool:
+def _well_formed(outcome: Any) -> TypeGuard[dict[str, Any]]:
     if not isinstance(outcome, dict):
         return False
     for name, kind in OUTCOME_FIELDS.items():
@@ -97,7 +98,8 @@ def check_writable(directory: Path, what: str) -> None:
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:
-        raise StorageError(exc.errno or errno.EIO, f"{what} {directory} is not writable: {exc.strerror or exc}") from None
+        raise StorageError(exc.errno or errno.EIO,
+                           f"{what} {directory} is not writable: {exc.strerror or exc}") from None
     except ValueError:  # the OS cannot take the name at all
         raise StorageError(errno.EINVAL, f"{what} {str(directory)!r} is not writable: the path holds a NUL byte") \
             from None
@@ -169,7 +171,8 @@ class Cache:
             os.replace(tmp, path)
         except OSError as exc:
             _unlink(tmp)
-            raise StorageError(exc.errno or errno.EIO, f"cannot store an outcome in {path}: {exc.strerror or exc}") from None
+            raise StorageError(exc.errno or errno.EIO,
+                               f"cannot store an outcome in {path}: {exc.strerror or exc}") from None
         except BaseException:
             _unlink(tmp)
             raise
@@ -213,10 +216,8 @@ class Cache:
                 self._fallback[key] = outcome
                 read += 1
                 if not self._path(key).exists():
-                    try:
+                    with suppress(StorageError):  # still broken: the journal keeps serving it
                         self._write(key, entry.get("material") or {}, outcome)
-                    except StorageError:
-                        pass  # still broken: the journal keeps serving it
         return read
 
     @asynccontextmanager
@@ -267,10 +268,8 @@ class Cache:
 def _unlink(path: str | None) -> None:
     """Remove a temporary or lock file; on a disk that refuses even that, leave it (it is harmless)."""
     if path:
-        try:
+        with suppress(OSError):
             Path(path).unlink(missing_ok=True)
-        except OSError:
-            pass
 
 
 def _journal_entries(path: Path) -> Iterable[dict]:

@@ -115,7 +115,8 @@ def measure(path: Path, at: str) -> DocumentInfo:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise DatasetError(f"{at}: corpus file {path} is not UTF-8 ({exc})") from None
-    return DocumentInfo(path=path, chars=len(text), ideographs=count_ideographs(text), sha256=hashlib.sha256(raw).hexdigest())
+    return DocumentInfo(path=path, chars=len(text), ideographs=count_ideographs(text),
+                        sha256=hashlib.sha256(raw).hexdigest())
 
 
 def load_dataset(tasks_file: str | Path, corpus_dir: str | Path, ids: Sequence[str] | None = None,
@@ -141,6 +142,6 @@ def load_dataset(tasks_file: str | Path, corpus_dir: str | Path, ids: Sequence[s
     # raises the first failure in task order, as the loop it replaced did.
     with ThreadPoolExecutor(max_workers=min(MEASURE_THREADS, len(wanted) or 1)) as pool:
         measured = pool.map(lambda item: measure(*item), wanted.values())
-        documents = dict(zip(wanted, measured))
+        documents = dict(zip(wanted, measured, strict=True))
     return Dataset(tasks=tasks, documents=documents, tasks_path=tasks_path,
                    tasks_sha256=hashlib.sha256(tasks_path.read_bytes()).hexdigest(), corpus_dir=corpus)

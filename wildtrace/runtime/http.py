@@ -69,9 +69,11 @@ REPLICATE_HEADER = "x-wildtrace-replicate"
 ERROR_BODY_LIMIT = 1 << 20
 #: Sockets probe an idle connection after this many seconds, so a proxy or NAT that drops
 #: silent connections during a long generation is noticed (and the kernel keeps it alive).
-KEEPALIVE = ((socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1),) + tuple(
-    (socket.IPPROTO_TCP, getattr(socket, name), value)
-    for name, value in (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 15), ("TCP_KEEPCNT", 4)) if hasattr(socket, name))
+KEEPALIVE = (
+    (socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1),
+    *((socket.IPPROTO_TCP, getattr(socket, name), value)
+      for name, value in (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 15), ("TCP_KEEPCNT", 4)) if hasattr(socket, name)),
+)
 
 
 #: What every request asks for: an uncompressed body (a server may still compress; see ``decoded_body``).
@@ -408,7 +410,7 @@ class Endpoint:
                                            "batched": result.batched})
         except StorageError as exc:
             self.storage_error = self.storage_error or exc
-            return replace(result, notes=result.notes + (f"not cached: {exc}",))
+            return replace(result, notes=(*result.notes, f"not cached: {exc}"))
         return result
 
     def _lookup(self, key: str, request: WireRequest) -> CallResult | None:
@@ -445,7 +447,8 @@ class Endpoint:
             return result
         return replace(result, error=redact(result.error), raw=scrub(result.raw)[0])  # iterative: any depth
 
-    async def _fetch(self, request: WireRequest, content: bytes, cost_tokens: int, replicate: int) -> CallResult | object:
+    async def _fetch(self, request: WireRequest, content: bytes, cost_tokens: int,
+                     replicate: int) -> CallResult | object:
         started, started_at = time.perf_counter(), time.time()
 
         def failed(reason: str, error: str | None, attempts: int, attempt: Attempt | None = None) -> CallResult:

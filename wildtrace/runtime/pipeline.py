@@ -127,7 +127,7 @@ def judgment_record(task: Task, judge: str, prompt: str, result: CallResult) -> 
         status=R.JUDGED if available else R.BUDGET_EXHAUSTED if result.reason == R.BUDGET_EXHAUSTED else R.UNAVAILABLE,
         reason=None if available else (verdict.reason if verdict else result.reason),
         total=verdict.total if verdict else None,
-        score=verdict.score if available else None,
+        score=verdict.score if verdict else None,  # None unless available (JudgeVerdict.available)
         parsed=verdict.parsed if verdict else None,
         reply=result.text,
         prompt_sha256=sha256_text(prompt),
@@ -223,7 +223,8 @@ class Survey:
         if judges:
             to_make = sum(self.judge_calls_to_make.values())
             pending = self.judge_calls_pending * len(judges)
-            parts.append(f"judge calls: {to_make} to make" + (f" (+ up to {pending} for new answers)" if pending else "")
+            parts.append(f"judge calls: {to_make} to make"
+                         + (f" (+ up to {pending} for new answers)" if pending else "")
                          + f", {self.judge_calls_cached} from the cache")
         return "plan: " + "; ".join(parts)
 
@@ -362,7 +363,7 @@ class _Run:
             else:
                 try:
                     item = await asyncio.to_thread(self.prepare, task)
-                except Exception as exc:  # raised by the worker that takes it, as if the worker had read it
+                except Exception as exc:  # noqa: BLE001 - the worker that takes it raises it, as if it had read it
                     item = _Ready(task, error=exc)
             await ready.put(item)
         for _ in range(workers):

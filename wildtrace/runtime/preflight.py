@@ -80,8 +80,8 @@ async def _one(spec: EndpointSpec, key: str | None, sampling: Sampling, retry: R
     if status.startswith(MISMATCH):
         status, message = MISMATCH, result.error or message
     return Check(endpoint=spec.label, route=spec.route, served_model=result.served_model, ok=answered,
-                 status=status, http_status=result.http_status,
-                 latency_s=round(result.latency_s, 3), temperature=_temperature(spec, sampling, result.temperature_sent),
+                 status=status, http_status=result.http_status, latency_s=round(result.latency_s, 3),
+                 temperature=_temperature(spec, sampling, result.temperature_sent),
                  message=message, listing=listed.text if listed is not None else "-")
 
 
@@ -106,12 +106,12 @@ async def preflight(endpoints: list[tuple[EndpointSpec, str | None, Sampling]], 
     rules = rules or {}
     status: list[RouteStatus | None] = list(listed) if listed else [None] * len(endpoints)
     return list(await asyncio.gather(*(_one(spec, key, sampling, retry, rules.get(spec.label), st)
-                                       for (spec, key, sampling), st in zip(endpoints, status))))
+                                       for (spec, key, sampling), st in zip(endpoints, status, strict=False))))
 
 
 def listing_lines(specs: list[EndpointSpec], listed: list[RouteStatus]) -> list[str]:
     """One line per endpoint asked: what its model list says of its route."""
-    return [f"model list: {spec.label}: {spec.route}: {st.text}" for spec, st in zip(specs, listed)
+    return [f"model list: {spec.label}: {spec.route}: {st.text}" for spec, st in zip(specs, listed, strict=False)
             if st.text != "-"]
 
 
@@ -121,4 +121,4 @@ def table(checks: list[Check]) -> str:
     rows = [header] + [(c.endpoint, c.route, c.served_model or "-", c.status, str(c.http_status or "-"),
                         f"{c.latency_s:.2f}s", c.temperature, c.message.replace("\n", " ")[:100]) for c in checks]
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)

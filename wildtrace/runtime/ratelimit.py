@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import datetime
 import math
 import re
@@ -94,7 +95,7 @@ def _rfc3339_in(value: str | None, wall_now: float) -> float | None:
     except ValueError:
         return None
     if when.tzinfo is None:
-        when = when.replace(tzinfo=datetime.timezone.utc)
+        when = when.replace(tzinfo=datetime.UTC)
     seconds = when.timestamp() - wall_now
     return min(max(0.0, seconds), _MAX_RESET_S) if math.isfinite(seconds) else None
 
@@ -247,10 +248,8 @@ class AdaptiveLimit:
                     return
                 waiter = asyncio.get_running_loop().create_future()
                 self._waiters.append(waiter)
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(waiter, timeout=wait)
-                except asyncio.TimeoutError:
-                    pass
         except BaseException:
             if ticket in self._queue:
                 self._queue.remove(ticket)
@@ -275,6 +274,7 @@ class AdaptiveLimit:
         for name, window in windows.items():
             reset_at = None if window.reset_in is None or window.reset_in <= 0 else now + window.reset_in
             old = self._budgets.get(name)
+            remaining: float | None
             if old is not None and old.reset_at is not None and now < old.reset_at and old.remaining is not None:
                 # Same window: answers come back out of order, so keep the lower count (ours
                 # already holds the attempts sent since the server counted).

@@ -59,7 +59,8 @@ QUOTA_MARKERS = (
     "insufficient balance",
     "arrearage",
     "余额不足",  # Zhipu: "余额不足或无可用资源包,请充值。" (insufficient balance or no resource package)
-    "您的账户已欠费",  # Zhipu's older 1113 wording: "您的账户已欠费，请充值后重试。" (github.com/langgenius/dify/issues/5850)
+    # Zhipu's older 1113 wording: "您的账户已欠费，请充值后重试。" (github.com/langgenius/dify/issues/5850)
+    "您的账户已欠费",
 )
 
 #: Vendor error codes for an empty balance, matched in the error object whatever the HTTP
@@ -162,7 +163,7 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
     except (TypeError, ValueError):
         return None
     if when.tzinfo is None:  # asctime and "-0000" forms come back naive; HTTP dates are GMT
-        when = when.replace(tzinfo=datetime.timezone.utc)
+        when = when.replace(tzinfo=datetime.UTC)
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
@@ -343,8 +344,8 @@ def classify(status: int | None, headers: Mapping[str, str], payload: Any) -> st
 
     No status (a timeout or transport error) retries. A quota or spend-limit refusal is
     ``QUOTA`` whatever the headers say; a 429 for one request larger than the whole
-    tokens-per-minute budget is ``FAIL`` (waiting cannot shrink it). Otherwise ``x-should-retry: true|false`` decides, as
-    in the official OpenAI and Anthropic SDKs; without it 408, 409, 425, 429 and every 5xx
+    tokens-per-minute budget is ``FAIL`` (waiting cannot shrink it). Otherwise ``x-should-retry: true|false``
+    decides, as in the official OpenAI and Anthropic SDKs; without it 408, 409, 425, 429 and every 5xx
     (CDNs answer 520–524, Anthropic 529) retry and everything else fails.
     """
     if status is None:

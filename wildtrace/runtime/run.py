@@ -20,6 +20,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from wildtrace import __version__
 from wildtrace.config import (ConfigError, EndpointConfig, WildtraceConfig, batch_labels, caps_of,
@@ -168,14 +169,18 @@ def git_commit() -> str:
 def dataset_identity(cfg: WildtraceConfig, dataset: Dataset) -> dict:
     """What names the data a run used: file, sha256, and the release's freeze and version."""
     metas = [t.meta for t in dataset.tasks]
+
+    def distinct(key: str) -> str | None:  # every value the tasks carry for key, joined; None if none carries one
+        return ",".join(sorted({str(m[key]) for m in metas if key in m})) or None
+
     return {
         "name": cfg.dataset.name,
         "tasks": str(dataset.tasks_path.resolve()),
         "corpus": str(dataset.corpus_dir.resolve()),
         "tasks_sha256": dataset.tasks_sha256,
         "n_tasks": len(dataset.tasks),
-        "freeze_id": ",".join(sorted({str(m["freeze_id"]) for m in metas if "freeze_id" in m})) or None,
-        "release_version": ",".join(sorted({str(m["release_version"]) for m in metas if "release_version" in m})) or None,
+        "freeze_id": distinct("freeze_id"),
+        "release_version": distinct("release_version"),
     }
 
 
@@ -382,6 +387,15 @@ def _survey(cfg: WildtraceConfig, dataset: Dataset, specs: list[EndpointSpec], c
                   cfg.decoding.replicate, cfg.judge_panel.replicate, given)
 
 
+def given_responses(cfg: WildtraceConfig, dataset: Dataset) -> dict[str, dict] | None:
+    """stage=judge: the earlier run's answers to judge (validate() has made sure responses is set)."""
+    if cfg.stage != "judge":
+        return None
+    if cfg.responses is None:
+        raise ConfigError("stage=judge needs responses=PATH (a responses.json, or a JSON list of rows)")
+    return load_responses(cfg.responses, {t.question_id for t in dataset.tasks})
+
+
 def plan_run(cfg: WildtraceConfig) -> tuple[Dataset, list[EndpointSpec], Survey]:
     """What ``run`` would send, found as ``run`` finds it (dataset, stage, caps, cache, replicates), sending nothing.
 
@@ -389,7 +403,7 @@ def plan_run(cfg: WildtraceConfig) -> tuple[Dataset, list[EndpointSpec], Survey]
     """
     dataset = load_dataset(cfg.dataset.tasks, cfg.dataset.corpus, cfg.dataset.ids, cfg.dataset.limit)
     specs = stage_specs(cfg)
-    given = load_responses(cfg.responses, {t.question_id for t in dataset.tasks}) if cfg.stage == "judge" else None
+    given = given_responses(cfg, dataset)
     cache = Cache(Path(cfg.cache.dir), cfg.cache.enabled)
     answer_sampling, judge_sampling = samplings(cfg)
     return dataset, specs, _survey(cfg, dataset, specs, cache, given, answer_sampling, judge_sampling)
@@ -416,7 +430,7 @@ def run(cfg: WildtraceConfig, overrides: Sequence[str] = (), parent_run_id: str 
     out_dir = Path(cfg.out_dir or Path(cfg.root) / "runs" / "adhoc").resolve()
     dataset = load_dataset(cfg.dataset.tasks, cfg.dataset.corpus, cfg.dataset.ids, cfg.dataset.limit)
     specs = stage_specs(cfg)
-    given = load_responses(cfg.responses, {t.question_id for t in dataset.tasks}) if cfg.stage == "judge" else None
+    given = given_responses(cfg, dataset)
     check_writable(out_dir, "the run directory")
     cache = Cache(Path(cfg.cache.dir), cfg.cache.enabled, journal=out_dir / JOURNAL)
     if cfg.cache.enabled:
@@ -453,7 +467,7 @@ def run(cfg: WildtraceConfig, overrides: Sequence[str] = (), parent_run_id: str 
     warnings += [o.to_dict() for o in oddities(dataset.tasks, {f: d.chars for f, d in dataset.documents.items()})]
     for w in warnings:
         log.warning("%s", w["message"])
-    run_date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    run_date = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     config = config_dict(cfg)
     observer.run_started(RunStart(out_dir=str(out_dir), config=config, n_tasks=len(dataset.tasks),
                                   run_date=run_date, parent_run_id=parent_run_id))
@@ -496,7 +510,7 @@ def _write(cfg: WildtraceConfig, dataset: Dataset, outcome: Outcome, out_dir: Pa
             scores = build_scores(cfg, dataset, outcome)
             write_json(out_dir / "scores.json", scores)
             summary = {k: v for k, v in scores.items() if k != "tasks"}
-        stats = {
+        stats: dict[str, Any] = {
             "harness_version": __version__,
             "git_commit": git_commit(),
             "run_date": run_date,

@@ -113,7 +113,7 @@ def enforce(policy: ServedPolicy | None, result: CallResult) -> CallResult:
     shown = served[:MAX_SERVED_CHARS]
     why = f"served by {shown!r}, not the {policy.expected()}"
     if policy.on_mismatch == "warn":
-        return replace(result, notes=result.notes + (f"{MISMATCH} (warned): {why}",))
+        return replace(result, notes=(*result.notes, f"{MISMATCH} (warned): {why}"))
     if not result.ok and result.reason != R.EMPTY_OUTPUT and result.reason != R.REFUSAL:
         return result  # already a failure for its own reason
     return replace(result, ok=False, reason=f"{MISMATCH}: {shown}",
@@ -129,7 +129,8 @@ def mismatches(policy: ServedPolicy | None, served_models: dict[str, int]) -> di
 
 def warnings(rules: dict[str, ServedPolicy], served: dict[str, dict[str, int]],
              routes: dict[str, str]) -> list[tuple[str, str]]:
-    """(code, message) per endpoint whose responses broke its rule: ``served_model`` (warned) or ``served_model_mismatch``."""
+    """(code, message) per endpoint whose responses broke its rule: ``served_model`` (warned) or
+    ``served_model_mismatch``."""
     out = []
     for label, counts in served.items():
         policy = rules.get(label)

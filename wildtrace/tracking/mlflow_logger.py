@@ -135,7 +135,7 @@ def create_run(target: Target, config: dict, stats: dict, out_dir: str, run_date
 def rename_if_needed(target: Target, rd: RunDir) -> None:
     """Rename a run whose name no longer says what the files say (e.g. a temperature dropped mid-run)."""
     info = target.client.get_run(target.run_id).info
-    started = datetime.datetime.fromtimestamp(info.start_time / 1000, datetime.timezone.utc).isoformat()
+    started = datetime.datetime.fromtimestamp(info.start_time / 1000, datetime.UTC).isoformat()
     wanted = readable_name(rd.config, rd.stats, started)  # the run's own start: the time stamp never moves
     current = info.run_name or ""
     if current != wanted and not current.startswith(wanted + " #"):
@@ -268,7 +268,8 @@ def resumable(client: Any, run_id: str | None, experiment: str | None) -> Any:
         wanted = client.get_experiment_by_name(experiment) if experiment else None
     except Exception:  # noqa: BLE001 - not in this store (or deleted): log a new run
         return None
-    if run.info.lifecycle_stage != "active" or (experiment and (not wanted or wanted.experiment_id != run.info.experiment_id)):
+    if run.info.lifecycle_stage != "active" or (
+            experiment and (not wanted or wanted.experiment_id != run.info.experiment_id)):
         return None
     return run
 

@@ -27,6 +27,7 @@ tells the child when to finish.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import os
@@ -36,6 +37,7 @@ import subprocess
 import sys
 import threading
 import weakref
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -75,7 +77,7 @@ class ProcessObserver(RunObserver):
     def __init__(self, tracking_uri: str, experiment: str, artifact_location: str | None = None,
                  log_documents: bool = True, parent_run_id: str | None = None) -> None:
         """The same arguments as ``MlflowObserver``; the child is started here."""
-        self._kwargs = {"tracking_uri": tracking_uri, "experiment": experiment,
+        self._kwargs: dict[str, Any] = {"tracking_uri": tracking_uri, "experiment": experiment,
                         "artifact_location": artifact_location, "log_documents": log_documents,
                         "parent_run_id": parent_run_id}
         self.parent_run_id = parent_run_id
@@ -138,10 +140,8 @@ class ProcessObserver(RunObserver):
         if self.process is None:
             return
         self.process.kill()
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(EXIT_WAIT_S)
-        except subprocess.TimeoutExpired:
-            pass
 
 
 def _spawn() -> tuple[subprocess.Popen, Connection, Connection]:
@@ -176,10 +176,8 @@ def _send_loop(outbox: queue.SimpleQueue, conn: Connection, shared: _Shared) -> 
             conn.send(item)
         except (OSError, ValueError) as exc:  # the child is gone
             shared.gone = shared.gone or f"the logging process is gone ({type(exc).__name__}: {exc})"
-    try:
+    with contextlib.suppress(OSError):
         conn.close()
-    except OSError:
-        pass
 
 
 def _receive_loop(conn: Connection, shared: _Shared) -> None:
@@ -245,36 +243,35 @@ class _Forward(logging.Handler):
             pass
 
 
+def _announce_started(observer: MlflowObserver, send: Callable[[tuple], None]) -> None:
+    """Tell the parent once the MLflow run exists (or could not be made)."""
+    observer.wait_started()
+    send(("started",))
+
+
 def _warm() -> None:
     """Import MLflow while the run loads its dataset (the first MLflow call then finds it loaded)."""
-    try:
+    with contextlib.suppress(Exception):  # any failure: the real call reports it
         importlib.import_module("mlflow.tracking")
-    except Exception:  # noqa: BLE001 - the real call reports it
-        pass
 
 
 def child_main(in_fd: int, out_fd: int) -> int:
     """The child: an ``MlflowObserver`` fed from the pipe until run_finished (or the pipe closes)."""
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, signal.SIG_IGN)
-    try:  # logging yields the CPU to the run (and to whatever serves it on this machine)
+    with contextlib.suppress(OSError):  # logging yields the CPU to the run (and to whatever serves it on this machine)
         os.nice(CHILD_NICENESS)
-    except OSError:
-        pass
     inbox, outbox = Connection(in_fd, writable=False), Connection(out_fd, readable=False)
     lock = threading.Lock()
 
     def send(message: tuple) -> None:
-        with lock:
-            try:
-                outbox.send(message)
-            except (OSError, ValueError):
-                pass  # the parent is gone: the records go nowhere
+        with lock, contextlib.suppress(OSError, ValueError):  # the parent is gone: the records go nowhere
+            outbox.send(message)
 
     root = logging.getLogger()
     root.handlers[:] = [_Forward(send)]
     try:
-        kind, kwargs, level = inbox.recv()
+        _kind, kwargs, level = inbox.recv()
     except (EOFError, OSError):
         return 0  # the run ended before it started
     root.setLevel(level)
@@ -292,7 +289,7 @@ def child_main(in_fd: int, out_fd: int) -> int:
         if name == "run_started":
             started = event
             observer.run_started(event)
-            threading.Thread(target=lambda: (observer.wait_started(), send(("started",))), daemon=True).start()
+            threading.Thread(target=_announce_started, args=(observer, send), daemon=True).start()
         elif name == "task_done":
             observer.task_done(event)
         elif name == "run_finished":
@@ -307,10 +304,8 @@ def _exit_now(code: int) -> None:
     """End without the interpreter's teardown (0.5 s of MLflow's threads and modules, measured):
     every MLflow call above was synchronous, so nothing is left to flush but the std streams."""
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(OSError, ValueError):
             stream.flush()
-        except (OSError, ValueError):
-            pass
     os._exit(code)
 
 

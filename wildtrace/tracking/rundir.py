@@ -137,7 +137,8 @@ def base_tags(config: Mapping, out_dir: str, parent_run_id: str | None) -> dict[
         "replicate.decoding": str(config["decoding"]["replicate"]),
         "replicate.judge_panel": str(config["judge_panel"]["replicate"]),
         "context_policy": (f"native caps en={config['model']['caps']['en']} cjk={config['model']['caps']['cjk']} "
-                           "chars; cjk if >20 of U+4E00-U+9FFF in first 4000 chars; len>cap → out_of_context_scope = 0"),
+                           "chars; cjk if >20 of U+4E00-U+9FFF in first 4000 chars; "
+                           "len>cap → out_of_context_scope = 0"),
     }
     if parent_run_id:
         tags["mlflow.parentRunId"] = parent_run_id
@@ -272,8 +273,9 @@ def task_table(rd: RunDir, document_uris: Mapping[str, str] | None = None) -> pd
             "cap": caps.get("cap"), "scope": caps.get("scope"), "prompt_sha256": r.get("prompt_sha256"),
             "prompt": r.get("prompt_ref"), "response": r.get("response"), "reasoning": r.get("reasoning"),
             "finish_reason": r.get("finish_reason"), "served_model": r.get("served_model"),
-            "cached": r.get("cached"), "attempts": r.get("attempts"), "error": r.get("error"), "raw": _json(r.get("raw")),
-            "cost_usd": r.get("cost_usd"), "task_status": score.get("status"), "score": score.get("score"),
+            "cached": r.get("cached"), "attempts": r.get("attempts"), "error": r.get("error"),
+            "raw": _json(r.get("raw")), "cost_usd": r.get("cost_usd"), "task_status": score.get("status"),
+            "score": score.get("score"),
         })
     return pd.DataFrame(rows)
 

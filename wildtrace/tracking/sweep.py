@@ -63,13 +63,14 @@ def _job_overrides(job_dir: Path) -> str:
 def job_rows(sweep_dir: str | Path) -> list[dict]:
     """A row per job folder of a sweep: overrides, overall, scored, MLflow run id, or that it failed."""
     rows = []
-    folders = [p for p in Path(sweep_dir).iterdir() if p.is_dir() and p.name.isdigit()] if Path(sweep_dir).is_dir() else []
+    root = Path(sweep_dir)
+    folders = [p for p in root.iterdir() if p.is_dir() and p.name.isdigit()] if root.is_dir() else []
     for job_dir in sorted(folders, key=lambda p: int(p.name)):
         scores = _read(job_dir / "scores.json") or {}
         marker = _read(job_dir / "mlflow.json") or {}
         done = (job_dir / "responses.json").exists()
-        rows.append({"job": int(job_dir.name), "overrides": _job_overrides(job_dir),
-                     "status": (_read(job_dir / "run_stats.json") or {}).get("status", "finished") if done else "failed",
+        status = (_read(job_dir / "run_stats.json") or {}).get("status", "finished") if done else "failed"
+        rows.append({"job": int(job_dir.name), "overrides": _job_overrides(job_dir), "status": status,
                      "overall": scores.get("overall"), "scored": scores.get("scored"),
                      "run_id": marker.get("run_id") if marker.get("status") in ("logged", "partial") else None})
     return rows
@@ -81,7 +82,8 @@ def _pct(value: Any) -> str:
 
 def summary_text(rows: list[dict], parent_run_id: str | None) -> str:
     """The multirun's closing table: one line per job, then the parent run id."""
-    lines = [f"multirun: {len(rows)} jobs", f"{'job':>3}  {'status':<8} {'overall':>8} {'scored':>8}  run id / overrides"]
+    lines = [f"multirun: {len(rows)} jobs",
+             f"{'job':>3}  {'status':<8} {'overall':>8} {'scored':>8}  run id / overrides"]
     for r in rows:
         lines.append(f"{r['job']:>3}  {r['status']:<8} {_pct(r['overall']):>8} {_pct(r['scored']):>8}  "
                      f"{r['run_id'] or '(not logged)'}  {r['overrides']}")

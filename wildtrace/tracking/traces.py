@@ -24,7 +24,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,8 +90,8 @@ def token_usage(usage: Any) -> dict[str, int] | None:
 def call_attributes(row: Mapping, model: str | None) -> dict[str, Any]:
     """What a call span says about itself: attempts, cache, served model, temperature, usage."""
     attrs: dict[str, Any] = {"attempts": row.get("attempts"), "latency_s": row.get("latency_s"),
-                             "finish_reason": str(row.get("finish_reason")), "wildtrace.cached": bool(row.get("cached")),
-                             MESSAGE_FORMAT: "openai"}
+                             "finish_reason": str(row.get("finish_reason")),
+                             "wildtrace.cached": bool(row.get("cached")), MESSAGE_FORMAT: "openai"}
     if row.get("cached"):
         attrs["wildtrace.original_latency_s"] = row.get("original_latency_s")
         attrs["wildtrace.original_cost_usd"] = row.get("original_cost_usd")
@@ -292,7 +292,7 @@ def tracing_client(tracking_uri: str) -> Any:
 
 
 def write_traces(client: Any, experiment_id: str, traces: list,
-                 spans_only: set[str] = frozenset()) -> tuple[list[str], list[tuple[str, Exception]]]:
+                 spans_only: Set[str] = frozenset()) -> tuple[list[str], list[tuple[str, Exception]]]:
     """Store a batch of traces: each trace's info (with its feedback), then all their spans at once.
 
     Info first: spans arriving before their trace make MLflow's store create a bare trace and
@@ -429,14 +429,13 @@ class TraceExporter:
 
     def _work(self) -> None:
         while True:
-            batch, last = [self._queue.get()], False
-            while len(batch) < BATCH and not self._queue.empty():  # whatever else has finished meanwhile
-                batch.append(self._queue.get_nowait())
-            if None in batch:
-                batch, last = [d for d in batch if d is not None], True
+            items = [self._queue.get()]
+            while len(items) < BATCH and not self._queue.empty():  # whatever else has finished meanwhile
+                items.append(self._queue.get_nowait())
+            batch = [d for d in items if d is not None]
             if batch:
                 self._export(batch)
-            if last:
+            if len(batch) < len(items):  # a None: the run has ended
                 return
 
     def _export(self, batch: list[TaskDone]) -> None:
@@ -452,8 +451,8 @@ class TraceExporter:
             stored, failed = write_traces(self.client, self.target.experiment_id, traces, self.spans_only)
             for trace_id in stored:
                 self.traced.add(by_trace[trace_id])
-            for question_id, exc in failed:
-                self._failed(question_id, exc)
+            for question_id, error in failed:
+                self._failed(question_id, error)
         except Exception as exc:  # noqa: BLE001 - the batch's spans: upload completes them
             self._failed(f"{batch[0].question_id} (+{len(batch) - 1} more)", exc)
         if self.also is not None:

@@ -94,7 +94,8 @@ class GeminiBatch(BatchAPI):
         operation = await self.control.json("GET", self._url(batch_id), limit=limit)
         if not isinstance(operation, dict):
             raise BatchError(f"batch {batch_id}: not an operation: {str(operation)[:300]}")
-        meta = operation.get("metadata") if isinstance(operation.get("metadata"), dict) else {}
+        metadata = operation.get("metadata")
+        meta = metadata if isinstance(metadata, dict) else {}
         state = str(meta.get("state") or "unknown")
         problem = None
         if isinstance(operation.get("error"), dict):
@@ -128,7 +129,8 @@ def _inlined(operation: dict) -> list[Any]:
     for field in ("response", "output"):
         holder = operation.get(field)
         if not isinstance(holder, dict):
-            holder = (operation.get("metadata") or {}).get(field) if isinstance(operation.get("metadata"), dict) else None
+            metadata = operation.get("metadata")
+            holder = metadata.get(field) if isinstance(metadata, dict) else None
         inline = holder.get("inlinedResponses") if isinstance(holder, dict) else None
         if isinstance(inline, dict):
             inline = inline.get("inlinedResponses")

@@ -126,7 +126,7 @@ async def _answers(plan: Any, prepare: Callable[[Task], Any], stop: asyncio.Even
     async def one(task: Task) -> None:
         try:
             ready = await asyncio.to_thread(prepare, task)
-        except Exception:  # an unreadable document: the pipeline's worker reports it as it would
+        except Exception:  # noqa: BLE001 - an unreadable document: the pipeline's worker reports it as it would
             return
         prepared = ready.prepared
         keys[task.question_id] = prepared.key

@@ -269,7 +269,7 @@ class Runner:
 
     def _mark(self, record: BatchRecord | None, result: CallResult) -> CallResult:
         note = f"batched: {self.api.provider} batch {record.batch_id}" if record else "batched"
-        return replace(result, batched=True, notes=result.notes + (note,))
+        return replace(result, batched=True, notes=(*result.notes, note))
 
     def _failure(self, key: str, reason: str, error: str, status: int | None, payload: Any,
                  record: BatchRecord | None = None) -> CallResult:
