@@ -13,7 +13,6 @@ are the synchronous call's; ``results_url`` is followed only on the endpoint's o
 
 from __future__ import annotations
 
-import asyncio
 import json
 import urllib.parse
 from collections.abc import AsyncIterator
@@ -27,7 +26,7 @@ from wildtrace.runtime.batch.base import (
     Item,
     Line,
     Status,
-    file_chunks,
+    post_spooled,
 )
 from wildtrace.runtime.batch.openai import _ints
 from wildtrace.runtime.http import decode_json
@@ -49,14 +48,7 @@ class AnthropicBatch(BatchAPI):
     async def create(self, items: list[Item], spool: Path) -> tuple[str, str | None]:
         """One POST whose ``params`` are each item's exact bytes, streamed from the spool."""
         path = spool / f"anthropic-{items[0].custom_id[:16]}-{len(items)}.json"
-        await asyncio.to_thread(_write, path, items)  # up to 256 MB: off the event loop
-        size = path.stat().st_size
-        try:
-            batch = await self.control.json("POST", self._root, content=lambda: file_chunks(path),
-                                            headers={"content-type": "application/json",
-                                                     "content-length": str(size)})
-        finally:
-            path.unlink(missing_ok=True)
+        batch = await post_spooled(self.control, self._root, path, items, _write)  # up to 256 MB
         batch_id = batch.get("id") if isinstance(batch, dict) else None
         if not isinstance(batch_id, str) or not batch_id:
             raise BatchError(f"the message batch was created without an id: {str(batch)[:300]}")

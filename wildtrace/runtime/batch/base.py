@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import random
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -234,6 +234,19 @@ async def file_chunks(path: Path, prefix: bytes = b"", suffix: bytes = b"") -> A
             yield piece
     if suffix:
         yield suffix
+
+
+async def post_spooled(control: Any, url: str, path: Path, items: list[Any],
+                       write: Callable[[Path, list[Any]], None]) -> Any:
+    """POST a JSON body of the items: written to the spool off the event loop (it may be
+    hundreds of MB), streamed from there with its length, and removed whatever the answer."""
+    await asyncio.to_thread(write, path, items)
+    size = path.stat().st_size
+    try:
+        return await control.json("POST", url, content=lambda: file_chunks(path),
+                                  headers={"content-type": "application/json", "content-length": str(size)})
+    finally:
+        path.unlink(missing_ok=True)
 
 
 class BatchAPI(ABC):

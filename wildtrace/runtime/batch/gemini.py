@@ -15,7 +15,6 @@ items' count × the endpoint's response bound.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import urllib.parse
 from collections.abc import AsyncIterator
@@ -29,7 +28,7 @@ from wildtrace.runtime.batch.base import (
     Item,
     Line,
     Status,
-    file_chunks,
+    post_spooled,
 )
 
 TERMINAL = frozenset({"BATCH_STATE_SUCCEEDED", "BATCH_STATE_FAILED", "BATCH_STATE_CANCELLED", "BATCH_STATE_EXPIRED"})
@@ -71,14 +70,7 @@ class GeminiBatch(BatchAPI):
     async def create(self, items: list[Item], spool: Path) -> tuple[str, str | None]:
         """One POST whose inline requests are each item's exact bytes, streamed from the spool."""
         path = spool / f"gemini-{items[0].custom_id[:16]}-{len(items)}.json"
-        await asyncio.to_thread(_write, path, items)  # off the event loop
-        size = path.stat().st_size
-        try:
-            operation = await self.control.json("POST", self.create_url, content=lambda: file_chunks(path),
-                                                headers={"content-type": "application/json",
-                                                         "content-length": str(size)})
-        finally:
-            path.unlink(missing_ok=True)
+        operation = await post_spooled(self.control, self.create_url, path, items, _write)
         name = operation.get("name") if isinstance(operation, dict) else None
         if not isinstance(name, str) or not name.startswith(BATCH_ID):
             raise BatchError(f"the batch was created without a batches/ name: {str(operation)[:300]}")
