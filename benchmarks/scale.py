@@ -55,10 +55,11 @@ import tempfile
 import threading
 import time
 import zlib
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 # The worktree's package first (an editable install elsewhere must not be what is measured).

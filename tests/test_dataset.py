@@ -24,7 +24,7 @@ def task(qid="q1", corpus_file="corpus/doc.txt", **over):
 def release(tmp_path):
     corpus = tmp_path / "corpus"
     corpus.mkdir()
-    (corpus / "doc.txt").write_bytes("Line one.\r\nLine two.\n".encode())
+    (corpus / "doc.txt").write_bytes(b"Line one.\r\nLine two.\n")
     (corpus / "zh.txt").write_text("中文" * 20, encoding="utf-8")
 
     def write(records, name="tasks.json", raw=None):

@@ -13,7 +13,7 @@ import json
 import random
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -290,7 +290,7 @@ def test_plain_400_is_not_context_length():
 
 
 def test_transient_status_table():
-    assert TRANSIENT_STATUS == frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
+    assert frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529}) == TRANSIENT_STATUS
 
 
 @pytest.mark.parametrize("status", [408, 409, 425, 429, 500, 502, 503, 504, 529])
@@ -498,7 +498,7 @@ def test_concurrency_bound_is_respected_and_reached():
 # --------------------------------------------------------------------------------------
 
 HTTP_DATE = "Wed, 21 Oct 2015 07:28:00 GMT"
-HTTP_DATE_TS = datetime(2015, 10, 21, 7, 28, 0, tzinfo=timezone.utc).timestamp()
+HTTP_DATE_TS = datetime(2015, 10, 21, 7, 28, 0, tzinfo=UTC).timestamp()
 
 
 @pytest.mark.parametrize(
@@ -558,7 +558,7 @@ def test_parse_retry_after_non_finite_is_garbage(value):
 
 def test_parse_retry_after_http_date_uses_the_clock_by_default():
     future = time.time() + 100
-    value = datetime.fromtimestamp(future, tz=timezone.utc).strftime("%a, %d %b %Y %H:%M:%S GMT")
+    value = datetime.fromtimestamp(future, tz=UTC).strftime("%a, %d %b %Y %H:%M:%S GMT")
     got = parse_retry_after(value)
     assert 95 <= got <= 100
 

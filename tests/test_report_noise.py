@@ -193,7 +193,7 @@ def known_noise(root: Path, n_answers: int, n_judges: int, seed: int = 5) -> np.
         answer = mu + rng.normal(0, SD_A, T)
         for j in range(n_judges):
             score = answer + rng.normal(0, SD_J, T)
-            assert 0 < score.min() and score.max() < 1  # no clipping: the variances stay as drawn
+            assert score.min() > 0 and score.max() < 1  # no clipping: the variances stay as drawn
             write_run(root, f"d{d}j{j}", "alpha", {"a": list(score)}, rep_d=d, rep_j=j)
     return mu
 

@@ -864,7 +864,7 @@ class TrickleServer:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            def do_POST(self) -> None:  # http.server's naming
                 outer.bodies.append(json.loads(self.rfile.read(int(self.headers["content-length"]))))
                 self.send_response(200)
                 self.send_header("content-type", "text/event-stream")
