@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import itertools
 import sys
 from pathlib import Path
 
@@ -69,7 +70,7 @@ def interp(points: list[tuple[float, float]], t: float) -> float:
     """Piecewise-linear interpolation through (t, value) points; flat beyond the ends."""
     if t <= points[0][0]:
         return points[0][1]
-    for (t0, v0), (t1, v1) in zip(points, points[1:]):
+    for (t0, v0), (t1, v1) in itertools.pairwise(points):
         if t0 <= t <= t1:
             return v0 + (v1 - v0) * (t - t0) / (t1 - t0)
     return points[-1][1]

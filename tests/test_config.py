@@ -331,7 +331,7 @@ def test_spec_warning_messages():
     (code, budget), = spec_warnings(_settings(["model=gpt-5.1", "decoding.max_tokens=8192"]))
     assert budget == ("model gpt-5.1 is a reasoning model (model.reasoning=true) given a budget of 8192 tokens: "
                       "the spec (§2) asks for 32768; reasoning models truncated below this lose ~7pp")
-    (code, panel), = spec_warnings(_settings(["model=qwen3.5-plus", "judge_panel=paper"]))
+    (_code, panel), = spec_warnings(_settings(["model=qwen3.5-plus", "judge_panel=paper"]))
     assert panel == ("model qwen3.5-plus (route qwen3.5-plus) is also judge qwen (route qwen3.5-plus): "
                      "the spec's judges (§4) are not on the leaderboard")
 

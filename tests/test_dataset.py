@@ -36,7 +36,7 @@ def release(tmp_path):
 
 
 def test_loads_release_shape_and_measures(release):
-    root, corpus, write = release
+    _root, corpus, write = release
     ds = load_dataset(write([task(), task("q2", "zh.txt")]), corpus)
     assert [t.question_id for t in ds.tasks] == ["q1", "q2"]
     assert ds.tasks[0].meta == {"paradigm": "causal_attribution"}
@@ -48,24 +48,24 @@ def test_loads_release_shape_and_measures(release):
 
 @pytest.mark.parametrize("wrapper", ["tasks", "data"])
 def test_object_wrappers(release, wrapper):
-    root, corpus, write = release
+    _root, corpus, write = release
     assert len(load_dataset(write({wrapper: [task()]}), corpus).tasks) == 1
 
 
 def test_jsonl(release):
-    root, corpus, write = release
+    _root, corpus, write = release
     path = write(None, "tasks.jsonl", raw="\n".join(json.dumps(task(q)) for q in ("a", "b", "c")) + "\n")
     assert [t.question_id for t in load_dataset(path, corpus).tasks] == ["a", "b", "c"]
 
 
 def test_rubric_as_json_string(release):
-    root, corpus, write = release
+    _root, corpus, write = release
     record = task(ground_truth={"scoring_rubric": json.dumps([{"points": 100, "correct_criterion": "x"}])})
     assert load_dataset(write([record]), corpus).tasks[0].rubric[0].points == 100
 
 
 def test_ids_and_limit(release):
-    root, corpus, write = release
+    _root, corpus, write = release
     path = write([task("a"), task("b"), task("c")])
     assert [t.question_id for t in load_dataset(path, corpus, ids=["c", "a"]).tasks] == ["a", "c"]
     assert [t.question_id for t in load_dataset(path, corpus, limit=2).tasks] == ["a", "b"]
@@ -114,7 +114,7 @@ def test_bad_records(release, records, message):
 
 
 def test_corpus_file_not_utf8(release):
-    root, corpus, write = release
+    _root, corpus, write = release
     (corpus / "latin1.txt").write_bytes("caf\xe9".encode("latin-1"))
     with pytest.raises(DatasetError, match=r"record #0 \(question_id='q1'\): corpus file .*latin1.txt is not UTF-8"):
         load_dataset(write([task(corpus_file="latin1.txt")]), corpus)

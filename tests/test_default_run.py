@@ -34,7 +34,7 @@ def default_run(tmp_path_factory):
 
 
 def test_default_run_prints_the_overall(default_run):
-    cwd, proc = default_run
+    _cwd, proc = default_run
     assert proc.returncode == 0, proc.stderr
     assert re.search(r"^overall \(All view\): \d+\.\d\d%   scored: \d+\.\d\d% \(n=10\)$", proc.stdout, re.M)
     assert "model=extractive panel=offline dataset=sample (10 tasks" in proc.stdout

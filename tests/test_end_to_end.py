@@ -176,7 +176,7 @@ def test_odd_judge_replies(scripted_run):
     assert judges["judge_c"]["score"] == 1.0 and judges["judge_c"]["total"] == 120.0
     assert task["score"] == pytest.approx(0.6)  # (0.2 + 1.0) / 2: the unavailable judge is not a 0
     judgments = json.loads((scripted_run["result"].out_dir / "judgments.json").read_text())
-    raw_b = [j for j in judgments if j["question_id"] == "t-oddjudge" and j["judge"] == "judge_b"][0]
+    raw_b = next(j for j in judgments if j["question_id"] == "t-oddjudge" and j["judge"] == "judge_b")
     assert raw_b["reply"] == "P1 is present, P2 is not. I award sixty points."
 
 

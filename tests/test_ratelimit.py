@@ -211,7 +211,7 @@ def test_a_request_larger_than_the_whole_budget_goes_alone_after_the_reset():
 
 
 def test_anthropic_rfc3339_resets():
-    limit, clock = limiter(8)
+    limit, _clock = limiter(8)
     limit.release(200, {"anthropic-ratelimit-input-tokens-limit": "10000",
                         "anthropic-ratelimit-input-tokens-remaining": "3000",
                         "anthropic-ratelimit-input-tokens-reset": rfc3339(20)})

@@ -130,7 +130,7 @@ def test_switching_stream_pays_nothing_twice(tmp_path, release):
         overrides = model_overrides(server, release, "stage=answer")
         first = run(settings(tmp_path, overrides))
         sent = len(server.calls)
-        second = run(settings(tmp_path, overrides + ["model.stream=false"]))
+        second = run(settings(tmp_path, [*overrides, "model.stream=false"]))
     assert sent == 3 and len(server.calls) == 3
     assert [r["response"] for r in json.loads((second.out_dir / "responses.json").read_text())] == ["Worn seal."] * 3
     assert first.stats["requests"]["model"] == 3 and second.stats["cache_hits"] == 3

@@ -185,7 +185,7 @@ def test_matched_panel_uses_tasks_every_row_scored(runs_root):
     assert set(matched["n"]) == {6}  # beta did not score q7 (out of context) and q8 (failed)
     beta_tasks = {r["question_id"]: r["score"] for r in own(runs_root / "b")["tasks"]}
     expected = 100 * np.mean([beta_tasks[q] for q in QIDS[:6]])
-    assert matched.loc[[m for m in matched.index if "beta" in m][0], "matched"] == pytest.approx(expected)
+    assert matched.loc[next(m for m in matched.index if "beta" in m), "matched"] == pytest.approx(expected)
 
 
 def test_paradigm_and_tier_views(runs_root):
