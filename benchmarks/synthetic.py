@@ -104,7 +104,7 @@ def languages(shape: ReleaseShape) -> list[str]:
 
 
 def _corpus_bytes(tokens: list[float], langs: list[str]) -> float:
-    return sum(t * CHARS_PER_TOKEN[lang] * BYTES_PER_CHAR[lang] for t, lang in zip(tokens, langs))
+    return sum(t * CHARS_PER_TOKEN[lang] * BYTES_PER_CHAR[lang] for t, lang in zip(tokens, langs, strict=True))
 
 
 def token_estimates(shape: ReleaseShape) -> list[int]:

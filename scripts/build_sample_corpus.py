@@ -78,7 +78,7 @@ def interp(points: list[tuple[float, float]], t: float) -> float:
 
 def clock(seconds_after_three: int) -> str:
     """03:MM:SS for a number of seconds after 03:00:00."""
-    return "03:%02d:%02d" % (seconds_after_three // 60, seconds_after_three % 60)
+    return f"03:{seconds_after_three // 60:02d}:{seconds_after_three % 60:02d}"
 
 
 # ---------------------------------------------------------------------------------------
@@ -911,7 +911,7 @@ def build_ships_log() -> str:
                 if day == 34
                 else "kept going every glass, the ship labouring."
                 if day in (22, 23)
-                else "sounded at %d inches and pumped out each watch." % rng.randint(2, 5)
+                else f"sounded at {rng.randint(2, 5)} inches and pumped out each watch."
             ),
         ]
         if day <= 32:

@@ -163,7 +163,7 @@ def test_judge_keys_must_be_plain_identifiers():
 
     with open_dict(cfg):
         cfg.judge_panel.judges["bad.key"] = cfg.judge_panel.judges["lexical"]
-    with pytest.raises(ConfigError, match="key 'bad.key' must use only"):
+    with pytest.raises(ConfigError, match=r"key 'bad\.key' must use only"):
         to_settings(cfg)
 
 
@@ -328,7 +328,7 @@ def test_spec_warnings(overrides, codes):
 
 def test_spec_warning_messages():
     """The messages name the model, the budget, the spec's figure and the judge."""
-    (code, budget), = spec_warnings(_settings(["model=gpt-5.1", "decoding.max_tokens=8192"]))
+    (_code, budget), = spec_warnings(_settings(["model=gpt-5.1", "decoding.max_tokens=8192"]))
     assert budget == ("model gpt-5.1 is a reasoning model (model.reasoning=true) given a budget of 8192 tokens: "
                       "the spec (§2) asks for 32768; reasoning models truncated below this lose ~7pp")
     (_code, panel), = spec_warnings(_settings(["model=qwen3.5-plus", "judge_panel=paper"]))

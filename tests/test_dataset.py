@@ -69,7 +69,7 @@ def test_ids_and_limit(release):
     path = write([task("a"), task("b"), task("c")])
     assert [t.question_id for t in load_dataset(path, corpus, ids=["c", "a"]).tasks] == ["a", "c"]
     assert [t.question_id for t in load_dataset(path, corpus, limit=2).tasks] == ["a", "b"]
-    with pytest.raises(DatasetError, match="unknown question_id.*zzz"):
+    with pytest.raises(DatasetError, match=r"unknown question_id.*zzz"):
         load_dataset(path, corpus, ids=["zzz"])
 
 

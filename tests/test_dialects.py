@@ -10,6 +10,7 @@ server on 127.0.0.1; the sources of the bodies are named beside them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -482,7 +483,5 @@ def test_dialect_readers_take_any_body(payload):
     assert p.failure_status(payload) is None  # nothing there says the 2xx was an error
     assert isinstance(p.error_message(payload), str)
     assert is_quota(500, payload) is False and classify(500, {}, payload) == "retry"
-    try:
+    with contextlib.suppress(ValueError):  # an unreadable body is one error type, never another
         p.parse_response(payload)
-    except ValueError:
-        pass  # an unreadable body is one error type, never another

@@ -188,7 +188,7 @@ def test_backoff_delays_without_retry_after(sleeps):
     rng = random.Random(123)
     ceilings = [1.0, 2.0, 4.0, 5.0, 5.0]
     assert sleeps == pytest.approx([c * (0.5 + 0.5 * rng.random()) for c in ceilings])
-    for delay, ceiling in zip(sleeps, ceilings):
+    for delay, ceiling in zip(sleeps, ceilings, strict=True):
         assert 0.5 * ceiling <= delay <= ceiling
 
 

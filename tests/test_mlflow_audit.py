@@ -71,7 +71,7 @@ def download(a, path: str) -> Path:
 
 def table(a, path: str) -> list[dict]:
     data = json.loads(download(a, path).read_text())
-    return [dict(zip(data["columns"], row)) for row in data["data"]]
+    return [dict(zip(data["columns"], row, strict=True)) for row in data["data"]]
 
 
 def test_one_run_with_the_headline(audited):

@@ -21,8 +21,8 @@ from wildtrace.report.stats import Bootstrap
 from wildtrace.report.tables import build
 
 QIDS = [f"q{i}" for i in range(1, 9)]
-PARADIGM = dict(zip(QIDS, ["causal", "causal", "temporal", "temporal", "causal", "temporal", "causal", "temporal"]))
-TIER = dict(zip(QIDS, ["T1", "T1", "T1", "T1", "T2", "T2", "T2", "T2"]))
+PARADIGM = dict(zip(QIDS, ["causal", "causal", "temporal", "temporal", "causal", "temporal", "causal", "temporal"], strict=True))
+TIER = dict(zip(QIDS, ["T1", "T1", "T1", "T1", "T2", "T2", "T2", "T2"], strict=True))
 PANEL = {"a": "judge-a", "b": "judge-b", "c": "judge-c"}
 
 

@@ -71,7 +71,7 @@ def write_run(root: Path, name: str, model: str, scores: dict[str, list[float]],
              "dataset": {"tasks_sha256": "f" * 64, "release_version": "synthetic-1"}}
     files = {"config.json": _config(model, list(scores), rep_d, rep_j, out, **config), "run_stats.json": stats,
              "scores.json": {"tasks": rows},
-             "responses.json": [{"question_id": q, "status": "answered", "response": a} for q, a in zip(qids, answers)]}
+             "responses.json": [{"question_id": q, "status": "answered", "response": a} for q, a in zip(qids, answers, strict=False)]}
     if points:
         files["judgments.json"] = judgments
     for file, data in files.items():

@@ -294,7 +294,7 @@ def test_documents_are_stored_once_across_runs(tmp_path):
         assert Path(f.path).name == name and f.file_size == len(DOCS[name].encode())
         assert "documents" not in {a.path for a in client.list_artifacts(ids[1])}
     table = json.loads(Path(client.download_artifacts(ids[1], "tables/tasks.json", str(tmp_path / "dl"))).read_text())
-    rows = [dict(zip(table["columns"], r)) for r in table["data"]]
+    rows = [dict(zip(table["columns"], r, strict=True)) for r in table["data"]]
     assert {r["document_uri"] for r in rows} == {f"runs:/{store}/documents/{sha}/{n}" for sha, n in shas.items()}
     # two runs started in the same second under the same settings still have different names
     assert len({client.get_run(i).info.run_name for i in ids}) == 2
