@@ -14,7 +14,8 @@ def task(qid="q1", corpus_file="corpus/doc.txt", **over):
         "question_text": "What happened?",
         "corpus_file": corpus_file,
         "paradigm": "causal_attribution",
-        "ground_truth": {"scoring_rubric": [{"points": 60, "correct_criterion": "a"}, {"points": 40, "correct_criterion": "b"}]},
+        "ground_truth": {"scoring_rubric": [{"points": 60, "correct_criterion": "a"},
+                                            {"points": 40, "correct_criterion": "b"}]},
     }
     record.update(over)
     return record
@@ -100,7 +101,8 @@ def drop(record, dotted):
         ([task(), task()], r"record #1: duplicate question_id 'q1' \(first at record #0\)"),
         (["not an object"], r"record #0: a task must be a JSON object"),
         ([], r"no tasks"),
-        ([task(corpus_file="corpus/absent.txt")], r"record #0 \(question_id='q1'\): field 'corpus_file': corpus file 'corpus/absent.txt' not found"),
+        ([task(corpus_file="corpus/absent.txt")],
+         r"record #0 \(question_id='q1'\): field 'corpus_file': corpus file 'corpus/absent.txt' not found"),
         ([task(corpus_file="../outside.txt")], r"field 'corpus_file' '../outside.txt' leaves the corpus folder"),
         ([task(corpus_file="corpus/../../outside.txt")], r"leaves the corpus folder"),
         ([task(corpus_file="/etc/passwd")], r"is an absolute path"),

@@ -271,8 +271,9 @@ def test_400_context_length_has_its_own_reason():
 @pytest.mark.parametrize(
     ("provider", "status", "body"),
     [
-        ("anthropic", 400, {"type": "error", "error": {"type": "invalid_request_error",
-                                                        "message": "prompt is too long: 250000 tokens > 200000 maximum"}}),
+        ("anthropic", 400, {"type": "error",
+                            "error": {"type": "invalid_request_error",
+                                      "message": "prompt is too long: 250000 tokens > 200000 maximum"}}),
         ("gemini", 400, {"error": {"code": 400, "status": "INVALID_ARGUMENT",
                                    "message": "The input token count (2000000) exceeds the maximum number of tokens "
                                               "allowed (1048576)."}}),
@@ -862,7 +863,8 @@ def test_is_storable_table(reason, ok, storable):
 def test_proxy_from_environment(monkeypatch, env, url, expected):
     from wildtrace.runtime.http import proxy_for
 
-    for name in ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "all_proxy", "ALL_PROXY"):
+    for name in ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
+                 "all_proxy", "ALL_PROXY"):
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)

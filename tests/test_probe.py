@@ -229,8 +229,9 @@ def test_the_command_line_asks_then_writes(tmp_path, test_key):
 WIRE = {
     "anthropic": (Reply(200, {"type": "message", "role": "assistant", "content": [{"type": "text", "text": "42"}],
                               "stop_reason": "end_turn", "usage": {"input_tokens": 9, "output_tokens": 1}}),
-                  Reply(400, {"type": "error", "error": {"type": "invalid_request_error",
-                                                         "message": "prompt is too long: 208656 tokens > 200000 maximum"}})),
+                  Reply(400, {"type": "error",
+                              "error": {"type": "invalid_request_error",
+                                        "message": "prompt is too long: 208656 tokens > 200000 maximum"}})),
     "gemini": (Reply(200, {"candidates": [{"content": {"parts": [{"text": "42"}], "role": "model"},
                                            "finishReason": "STOP"}]}),
                Reply(400, {"error": {"code": 400, "status": "INVALID_ARGUMENT",

@@ -55,7 +55,8 @@ def wildtrace(root: Path, *overrides: str) -> list[str]:
 
 def alembic_leftovers(db: Path) -> list[str]:
     with sqlite3.connect(db) as conn:
-        return [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table' AND name LIKE '\\_alembic\\_tmp\\_%' ESCAPE '\\'")]
+        return [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table' "
+                                           "AND name LIKE '\\_alembic\\_tmp\\_%' ESCAPE '\\'")]
 
 
 def run_dir(stdout: str) -> Path:

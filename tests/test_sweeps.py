@@ -101,8 +101,8 @@ def test_many_tasks_lose_no_trace(tmp_path):
     n = 1100
     tasks, corpus = write_release(tmp_path, [make_task(f"t{i:04d}", f"What failed at step {i}?", "doc.txt")
                                              for i in range(n)], {"doc.txt": "The seal was worn at step one. " * 5})
-    result = tracked_run(settings(tmp_path, [f"dataset.tasks={tasks}", f"dataset.corpus={corpus}", "mlflow.enabled=true",
-                                     "mlflow.log_documents=false"]))
+    result = tracked_run(settings(tmp_path, [f"dataset.tasks={tasks}", f"dataset.corpus={corpus}",
+                                             "mlflow.enabled=true", "mlflow.log_documents=false"]))
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'outputs' / 'mlflow.db'}")
     (mlrun,) = client.search_runs([client.get_experiment_by_name("wildtrace").experiment_id])
     traces = client.search_traces(locations=[mlrun.info.experiment_id], run_id=mlrun.info.run_id, max_results=5000,
