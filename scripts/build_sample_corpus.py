@@ -579,8 +579,10 @@ def historian_appendix() -> str:
     out = [
         "Appendix B. Historian extract, 9 February 2026, 03:00 to 03:50.",
         "",
-        "Values are recorded every 30 seconds, with additional rows at the trip, at the lift of PSV-12 and at the burst of RD-3. "
-        "PT-305 and PT-306 are in bar gauge. TT-900 is the plant's own outdoor thermometer and HeatPlan OAT is the outdoor temperature that HeatPlan was using. "
+        "Values are recorded every 30 seconds, with additional rows at the trip, at the lift of PSV-12 and at the "
+        "burst of RD-3. "
+        "PT-305 and PT-306 are in bar gauge. TT-900 is the plant's own outdoor thermometer and HeatPlan OAT is the "
+        "outdoor temperature that HeatPlan was using. "
         "B1 and B2 are firing rates in percent and BV-2 is the opening of the network bypass valve in percent. "
         "Each row ends with a full stop so that it can be read as one line of the record.",
         "",
@@ -606,7 +608,8 @@ def historian_appendix() -> str:
             note = " RD-3 burst indicator: open circuit."
         out.append(
             f"{clock(t)}. PT-305 {p305:.2f} bar; PT-306 {p306:.2f} bar; TT-900 {tt900:.1f} C; "
-            f"HeatPlan OAT -18.0 C; supply {supply:.1f} C; return {ret:.1f} C; B1 {b1} %; B2 {b2} %; BV-2 {bv2} %.{note}"
+            f"HeatPlan OAT -18.0 C; supply {supply:.1f} C; return {ret:.1f} C; "
+            f"B1 {b1} %; B2 {b2} %; BV-2 {bv2} %.{note}"
         )
     return "\n".join(out)
 
@@ -649,31 +652,41 @@ def alarm_appendix(rng: Rng) -> str:
         entries.append(
             (
                 when,
-                f"{when:%d %b %H:%M:%S}. {name} ({value}). Acknowledged {ack:%H:%M:%S} by D. Anand. Cleared {clear:%H:%M:%S}.",
+                f"{when:%d %b %H:%M:%S}. {name} ({value}). Acknowledged {ack:%H:%M:%S} by D. Anand. "
+                f"Cleared {clear:%H:%M:%S}.",
             )
         )
     fixed = [
-        (dt.datetime(2026, 2, 8, 18, 0, 0), "08 Feb 18:00:00. Shift handover, night shift logged on: D. Anand (control room), M. Szell (field)."),
-        (dt.datetime(2026, 2, 8, 20, 10, 0), "08 Feb 20:10:00. Event: HEATPLAN MODE COLD RESERVE. Supply setpoint 128 C. Not an alarm."),
+        (dt.datetime(2026, 2, 8, 18, 0, 0), "08 Feb 18:00:00. Shift handover, night shift logged on: D. Anand (control "
+                                            "room), M. Szell (field)."),
+        (dt.datetime(2026, 2, 8, 20, 10, 0), "08 Feb 20:10:00. Event: HEATPLAN MODE COLD RESERVE. Supply setpoint 128 "
+                                             "C. Not an alarm."),
         (dt.datetime(2026, 2, 9, 3, 5, 0), "09 Feb 03:05:00. Event: B2 AUTO START ON HEATPLAN DEMAND. Not an alarm."),
-        (dt.datetime(2026, 2, 9, 3, 29, 30), "09 Feb 03:29:30. TA-1 PRESS HI (PT-305, 9.80 bar). Acknowledged 03:29:36 by D. Anand. Not cleared."),
+        (dt.datetime(2026, 2, 9, 3, 29, 30), "09 Feb 03:29:30. TA-1 PRESS HI (PT-305, 9.80 bar). Acknowledged 03:29:36 "
+                                             "by D. Anand. Not cleared."),
         (dt.datetime(2026, 2, 9, 3, 39, 15), "09 Feb 03:39:15. Event: B2 FIRING RATE MANUAL (operator). Not an alarm."),
-        (dt.datetime(2026, 2, 9, 3, 39, 36), "09 Feb 03:39:36. B1 TRIP TA-1 PRESS HH (PT-305, 10.20 bar). B2 TRIP TA-1 PRESS HH (PT-305, 10.20 bar). Acknowledged 03:39:40 by D. Anand."),
-        (dt.datetime(2026, 2, 9, 3, 39, 52), "09 Feb 03:39:52. PSV-12 ACOUSTIC MONITOR LIFT. Acknowledged 03:39:58 by D. Anand."),
+        (dt.datetime(2026, 2, 9, 3, 39, 36), "09 Feb 03:39:36. B1 TRIP TA-1 PRESS HH (PT-305, 10.20 bar). B2 TRIP TA-1 "
+                                             "PRESS HH (PT-305, 10.20 bar). Acknowledged 03:39:40 by D. Anand."),
+        (dt.datetime(2026, 2, 9, 3, 39, 52), "09 Feb 03:39:52. PSV-12 ACOUSTIC MONITOR LIFT. Acknowledged 03:39:58 by "
+                                             "D. Anand."),
         (dt.datetime(2026, 2, 9, 3, 40, 24), "09 Feb 03:40:24. RD-3 BURST INDICATOR OPEN CIRCUIT. Not acknowledged."),
         (dt.datetime(2026, 2, 9, 3, 40, 29), "09 Feb 03:40:29. PUMP HALL FLOOD LEVEL HIGH. Not acknowledged."),
         (dt.datetime(2026, 2, 9, 3, 40, 33), "09 Feb 03:40:33. PUMP HALL TEMP HIGH (58 C). Not acknowledged."),
         (dt.datetime(2026, 2, 9, 3, 40, 41), "09 Feb 03:40:41. TA-1 PRESS LOW (PT-306, 7.2 bar). Not acknowledged."),
-        (dt.datetime(2026, 2, 9, 3, 41, 10), "09 Feb 03:41:10. Event: SITE EVACUATION ANNOUNCEMENT (public address). Not an alarm."),
-        (dt.datetime(2026, 2, 9, 3, 43, 2), "09 Feb 03:43:02. NP-3 MOTOR TERMINAL BOX WATER INGRESS. Not acknowledged."),
-        (dt.datetime(2026, 2, 9, 3, 46, 0), "09 Feb 03:46:00. Event: NP-1, NP-2, NP-3, NP-4 STOPPED BY OPERATOR. Alarms acknowledged by D. Anand."),
+        (dt.datetime(2026, 2, 9, 3, 41, 10), "09 Feb 03:41:10. Event: SITE EVACUATION ANNOUNCEMENT (public address). "
+                                             "Not an alarm."),
+        (dt.datetime(2026, 2, 9, 3, 43, 2), "09 Feb 03:43:02. NP-3 MOTOR TERMINAL BOX WATER INGRESS. Not "
+                                            "acknowledged."),
+        (dt.datetime(2026, 2, 9, 3, 46, 0), "09 Feb 03:46:00. Event: NP-1, NP-2, NP-3, NP-4 STOPPED BY OPERATOR. "
+                                            "Alarms acknowledged by D. Anand."),
     ]
     entries.extend(fixed)
     entries.sort(key=lambda e: e[0])
     head = [
         "Appendix A. Alarm journal, 8 February 2026 18:00 to 9 February 2026 03:46.",
         "",
-        "The journal lists every alarm and selected events in the order recorded. Routine alarms are included so that the reader can judge the alarm load on the control room operator that night.",
+        "The journal lists every alarm and selected events in the order recorded. Routine alarms are included so that "
+        "the reader can judge the alarm load on the control room operator that night.",
         "",
     ]
     return "\n".join(head + [text for _, text in entries])
@@ -697,7 +710,8 @@ def calibration_appendix(rng: Rng) -> str:
     parts = [
         "Appendix C. Calibration records, October 2025 overhaul.",
         "",
-        "The two TA-1 pressure transmitter sheets are reproduced first, as written. The remaining sheets from the same work order group are summarised.",
+        "The two TA-1 pressure transmitter sheets are reproduced first, as written. The remaining sheets from the same "
+        "work order group are summarised.",
         "",
         paragraphs(CALIBRATION_PT305),
         "",
@@ -719,8 +733,10 @@ def calibration_appendix(rng: Rng) -> str:
 
 
 WO_ASSETS = [
-    ("B1", ["burner head inspected and cleaned", "refractory repaired at the rear wall", "flame scanner replaced", "tube bank inspected, no defects", "fuel valve proving test passed"]),
-    ("B2", ["burner head inspected and cleaned", "ignition electrode replaced", "flame scanner lens cleaned", "fuel valve proving test passed", "front door seal renewed"]),
+    ("B1", ["burner head inspected and cleaned", "refractory repaired at the rear wall", "flame scanner replaced",
+            "tube bank inspected, no defects", "fuel valve proving test passed"]),
+    ("B2", ["burner head inspected and cleaned", "ignition electrode replaced", "flame scanner lens cleaned",
+            "fuel valve proving test passed", "front door seal renewed"]),
     ("NP-1", ["mechanical seal replaced", "coupling alignment checked", "bearing grease renewed"]),
     ("NP-2", ["bearing temperature sensor replaced", "coupling alignment checked", "vibration survey, within limits"]),
     ("NP-3", ["motor insulation resistance tested", "mechanical seal inspected", "bearing grease renewed"]),
@@ -740,16 +756,20 @@ WO_ASSETS = [
 
 
 def work_order_appendix(rng: Rng) -> str:
-    reserved = {("25", 3290), ("25", 3301), ("25", 3312), ("25", 3655), ("26", 141)} | {("25", n) for n in range(3313, 3323)}
+    reserved = {("25", 3290), ("25", 3301), ("25", 3312), ("25", 3655), ("26", 141)} | {
+        ("25", n) for n in range(3313, 3323)
+    }
     planned: list[tuple[dt.date, str, str, str]] = []
     for _ in range(70):  # the October overhaul
         day = dt.date(2025, 10, 6) + dt.timedelta(days=rng.randint(0, 18))
         asset, jobs = rng.choice(WO_ASSETS)
-        planned.append((day, asset, rng.choice(jobs), rng.choice(["mechanical", "electrical", "instrument", "mechanical", "contractor"])))
+        planned.append((day, asset, rng.choice(jobs),
+                        rng.choice(["mechanical", "electrical", "instrument", "mechanical", "contractor"])))
     for _ in range(55):  # routine work, November to February
         day = dt.date(2025, 11, 3) + dt.timedelta(days=rng.randint(0, 96))
         asset, jobs = rng.choice(WO_ASSETS)
-        planned.append((day, asset, rng.choice(jobs), rng.choice(["mechanical", "electrical", "instrument", "mechanical"])))
+        planned.append((day, asset, rng.choice(jobs),
+                        rng.choice(["mechanical", "electrical", "instrument", "mechanical"])))
     planned.sort(key=lambda p: p[0])
     counters = {"25": 3100, "26": 2}
     rows: list[tuple[dt.date, str]] = []
@@ -760,20 +780,33 @@ def work_order_appendix(rng: Rng) -> str:
         counters[year] += rng.randint(1, 3)
         while (year, counters[year]) in reserved:
             counters[year] += 1
-        rows.append((day, f"WO-{year}-{counters[year]:04d}. {day:%d %b %Y}. {asset}: {job}. Craft: {crew}. Status: completed."))
+        rows.append((day, f"WO-{year}-{counters[year]:04d}. {day:%d %b %Y}. {asset}: {job}. "
+                          f"Craft: {crew}. Status: completed."))
     fixed = [
-        (dt.date(2025, 10, 14), "WO-25-3290. 14 Oct 2025. PSV-12: removed for three-yearly bench test under permit PTW-25-1187, inlet valve V-12A closed and padlock L-12 removed by the area authority. Craft: mechanical, lead fitter C. Reyes. Status: completed 16 Oct 2025, valve refitted, permit signed off 15:20."),
-        (dt.date(2025, 10, 16), "WO-25-3301. 16 Oct 2025. B1 feed header: flange leak at the north end, gasket renewed, crew called from PSV-12 refit at 15:05. Craft: mechanical. Status: completed."),
-        (dt.date(2025, 10, 20), "WO-25-3312. 20 Oct 2025. PT-305 and PT-306: calibration by Lindqvist Instrumentation, technician J. Baptiste. Craft: contractor. Status: completed, sheets countersigned 22 Oct 2025."),
-        (dt.date(2025, 11, 27), "WO-25-3655. 27 Nov 2025. PT-306 impulse line heat tracing: intermittent fault reported by night shift, supply fuse replaced, fault recurred. Craft: electrical. Status: open, replacement set to be ordered."),
-        (dt.date(2026, 1, 7), "WO-26-0141. 07 Jan 2026. PT-306 impulse line heat tracing: replacement set ordered. Delivered 22 Jan 2026. Installed and energised 27 Jan 2026. Craft: electrical. Status: completed 27 Jan 2026."),
+        (dt.date(2025, 10, 14), "WO-25-3290. 14 Oct 2025. PSV-12: removed for three-yearly bench test under permit "
+                                "PTW-25-1187, inlet valve V-12A closed and padlock L-12 removed by the area authority. "
+                                "Craft: mechanical, lead fitter C. Reyes. Status: completed 16 Oct 2025, valve "
+                                "refitted, permit signed off 15:20."),
+        (dt.date(2025, 10, 16), "WO-25-3301. 16 Oct 2025. B1 feed header: flange leak at the north end, gasket "
+                                "renewed, crew called from PSV-12 refit at 15:05. Craft: mechanical. Status: "
+                                "completed."),
+        (dt.date(2025, 10, 20), "WO-25-3312. 20 Oct 2025. PT-305 and PT-306: calibration by Lindqvist Instrumentation, "
+                                "technician J. Baptiste. Craft: contractor. Status: completed, sheets countersigned 22 "
+                                "Oct 2025."),
+        (dt.date(2025, 11, 27), "WO-25-3655. 27 Nov 2025. PT-306 impulse line heat tracing: intermittent fault "
+                                "reported by night shift, supply fuse replaced, fault recurred. Craft: electrical. "
+                                "Status: open, replacement set to be ordered."),
+        (dt.date(2026, 1, 7), "WO-26-0141. 07 Jan 2026. PT-306 impulse line heat tracing: replacement set ordered. "
+                              "Delivered 22 Jan 2026. Installed and energised 27 Jan 2026. Craft: electrical. Status: "
+                              "completed 27 Jan 2026."),
     ]
     rows.extend(fixed)
     rows.sort(key=lambda r: r[0])
     head = [
         "Appendix D. Work order history, 6 October 2025 to 8 February 2026 (extract).",
         "",
-        "The extract lists work orders on the boilers, the network pumps, the TA-1 instruments and relief devices, and the auxiliary systems. Work orders on buildings and vehicles are omitted.",
+        "The extract lists work orders on the boilers, the network pumps, the TA-1 instruments and relief devices, and "
+        "the auxiliary systems. Work orders on buildings and vehicles are omitted.",
         "",
     ]
     return "\n".join(head + [text for _, text in rows])
@@ -802,15 +835,18 @@ def shift_log_appendix(rng: Rng) -> str:
     out = [
         "Appendix E. Shift log extracts, 27 January to 8 February 2026.",
         "",
-        "Entries are copied from the control room shift log. Day shifts run from 06:00 to 18:00 and night shifts from 18:00 to 06:00.",
+        "Entries are copied from the control room shift log. Day shifts run from 06:00 to 18:00 and night shifts from "
+        "18:00 to 06:00.",
         "",
     ]
-    teams = {"A": "D. Anand, M. Szell", "B": "K. Asante, R. Price", "C": "J. Weller, A. Moreau", "D": "F. Nouri, B. Calloway"}
+    teams = {"A": "D. Anand, M. Szell", "B": "K. Asante, R. Price", "C": "J. Weller, A. Moreau",
+             "D": "F. Nouri, B. Calloway"}
     day = dt.date(2026, 1, 27)
     while day <= dt.date(2026, 2, 8):
         for shift in ("Day", "Night"):
             if shift == "Night":
-                team = "A" if dt.date(2026, 2, 4) <= day <= dt.date(2026, 2, 8) else ("B" if day >= dt.date(2026, 1, 31) else "D")
+                team = ("A" if dt.date(2026, 2, 4) <= day <= dt.date(2026, 2, 8)
+                        else ("B" if day >= dt.date(2026, 1, 31) else "D"))
             else:
                 team = "C" if day.toordinal() % 2 else "B" if day < dt.date(2026, 1, 31) else "D"
             picks = []
@@ -819,18 +855,22 @@ def shift_log_appendix(rng: Rng) -> str:
                 if remark not in picks:
                     picks.append(remark)
             tap = rng.uniform(8.5, 9.3)
-            text = f"{day:%d %b %Y}, {shift} shift, team {team} ({teams[team]}). TA-1 at {tap:.1f} bar at handover. " + " ".join(picks)
+            text = (f"{day:%d %b %Y}, {shift} shift, team {team} ({teams[team]}). "
+                    f"TA-1 at {tap:.1f} bar at handover. " + " ".join(picks))
             if day == dt.date(2026, 1, 28) and shift == "Night":
-                text += " E&I report heat tracing on PT-306 impulse line energised yesterday and working, PT-306 now agrees with PT-305. MOC-0117 to be closed by day supervisor."
+                text += (" E&I report heat tracing on PT-306 impulse line energised yesterday and working, "
+                         "PT-306 now agrees with PT-305. MOC-0117 to be closed by day supervisor.")
             if day == dt.date(2026, 1, 30) and shift == "Day":
                 text += " Weekly operations meeting held, shortened, hospital complaint and gas contract only."
             if day == dt.date(2026, 2, 6) and shift == "Day":
                 text += " Weekly operations meeting held, shortened, gas contract only."
             if day == dt.date(2026, 2, 8) and shift == "Night":
                 text = (
-                    f"{day:%d %b %Y}, Night shift, team A (D. Anand, M. Szell). Took over 18:00, B1 at 70 percent, B2 hot standby, TA-1 at 9.0 bar. "
+                    f"{day:%d %b %Y}, Night shift, team A (D. Anand, M. Szell). Took over 18:00, B1 at 70 percent, B2 "
+                    f"hot standby, TA-1 at 9.0 bar. "
                     "Cold Reserve expected overnight, entered 20:10. Evening round complete 21:50, nothing to report. "
-                    "Midnight round complete 00:40, pump hall dry, PG-7 8.8 bar. No further entries before the incident."
+                    "Midnight round complete 00:40, pump hall dry, PG-7 8.8 bar. No further entries before the "
+                    "incident."
                 )
             out.append(text)
         day += dt.timedelta(days=1)
@@ -1161,25 +1201,36 @@ WATCH_NOTES = {
 def ship_conditions(day: int, rng: Rng) -> tuple[str, str, str, int]:
     """(wind, weather, sail, miles run) for a day at sea."""
     if day <= 2:
-        return rng.choice(["N", "N by W"]) if day == 2 else "N", "light airs and fine", "all plain sail", rng.randint(55, 90)
+        return (rng.choice(["N", "N by W"]) if day == 2 else "N", "light airs and fine", "all plain sail",
+                rng.randint(55, 90))
     if day <= 20:
-        return rng.choice(WINDS_TRADE), rng.choice(WEATHER_FAIR), rng.choice(["all plain sail to royals", "all plain sail", "all sail to royals and the fore-topmast studding sail"]), rng.randint(138, 181)
+        return (rng.choice(WINDS_TRADE), rng.choice(WEATHER_FAIR),
+                rng.choice(["all plain sail to royals", "all plain sail",
+                            "all sail to royals and the fore-topmast studding sail"]),
+                rng.randint(138, 181))
     if day == 21:
         return "SW", "overcast and squally, the glass falling", "double-reefed topsails", rng.randint(96, 112)
     if day == 22:
         return "SW", "a hard gale and a high sea", "a close-reefed main topsail, hove to", rng.randint(28, 40)
     if day == 23:
-        return "WSW", "gale moderating, a heavy sea still running", "reefed topsails, fore-topgallant mast sent down", rng.randint(55, 70)
+        return ("WSW", "gale moderating, a heavy sea still running", "reefed topsails, fore-topgallant mast sent down",
+                rng.randint(55, 70))
     if day <= 26:
-        return rng.choice(["W", "W by N", "WNW"]), "moderate and cloudy", "topsails and courses, the fore-topmast fished", rng.randint(104, 138)
+        return (rng.choice(["W", "W by N", "WNW"]), "moderate and cloudy",
+                "topsails and courses, the fore-topmast fished", rng.randint(104, 138))
     if day == 27:
         return "W", "fresh off the land, fine", "topsails and courses", rng.randint(36, 48)
     if day <= 35:
-        return rng.choice(WINDS_LATE), rng.choice(WEATHER_FAIR), rng.choice(["all plain sail", "topsails, courses and topgallant sails"]), rng.randint(118, 152)
+        return (rng.choice(WINDS_LATE), rng.choice(WEATHER_FAIR),
+                rng.choice(["all plain sail", "topsails, courses and topgallant sails"]), rng.randint(118, 152))
     if day <= 41:
-        return rng.choice(["calm", "calm, with light airs from the eastward", "calm, with cat's-paws now and then"]), rng.choice(["hot and sultry", "very hot, the sky white with haze", "hot, with heavy dew at night"]), "all sail set to catch what air there was", rng.randint(4, 28)
+        return (rng.choice(["calm", "calm, with light airs from the eastward", "calm, with cat's-paws now and then"]),
+                rng.choice(["hot and sultry", "very hot, the sky white with haze", "hot, with heavy dew at night"]),
+                "all sail set to catch what air there was", rng.randint(4, 28))
     if day <= 45:
-        return rng.choice(["SW", "SSW", "S by W"]), rng.choice(["fine, a short head sea", "cloudy, a short head sea", "fair, the wind dead foul"]), "beating under all plain sail", rng.randint(38, 71)
+        return (rng.choice(["SW", "SSW", "S by W"]),
+                rng.choice(["fine, a short head sea", "cloudy, a short head sea", "fair, the wind dead foul"]),
+                "beating under all plain sail", rng.randint(38, 71))
     return rng.choice(["E", "ESE", "E by N"]), rng.choice(WEATHER_FAIR), "all plain sail", rng.randint(118, 140)
 
 
@@ -1211,7 +1262,8 @@ def build_ships_log() -> str:
             entries.append(head + " " + SHIP_HARBOUR[day])
             continue
         wind, weather, sail, run = ship_conditions(day, rng)
-        course = rng.choice(["SSW", "S by W", "SW by S", "S"]) if day < 27 else rng.choice(["S by E", "SSE", "S", "SE by S"])
+        course = (rng.choice(["SSW", "S by W", "SW by S", "S"]) if day < 27
+                  else rng.choice(["S by E", "SSE", "S", "SE by S"]))
         work_a = rng.choice(SHIP_WORK)
         work_b = rng.choice([w for w in SHIP_WORK if w != work_a])
         kind = "calm" if 36 <= day <= 41 else "foul" if 42 <= day <= 45 else "fair"
@@ -1222,7 +1274,9 @@ def build_ships_log() -> str:
             head,
             f"Wind {wind}; {weather}. Under {sail}. Course made good {course}; distance run noon to noon {run} miles.",
             *([watches] if watches else []),
-            f"Ship's work: {work_a}, and {work_b}." if day not in (21, 22, 23) else "Ship's work: all hands securing the deck and working the ship.",
+            f"Ship's work: {work_a}, and {work_b}."
+            if day not in (21, 22, 23)
+            else "Ship's work: all hands securing the deck and working the ship.",
             "Pumps "
             + (
                 "sounded at 9 inches, and pumped out every hour."
