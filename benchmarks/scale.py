@@ -29,8 +29,8 @@ What it prints, and how each figure is defined:
   sum of the two seen by sampling both every 50 ms.
 - MLflow's share of the wall: a sampler looks at the main thread's stack every 5 ms, each
   sample standing for the time since the previous one; it counts when any frame is in
-  ``mlflow``, ``opentelemetry`` or ``wildtrace/tracking``. Logging done off the main thread costs nothing here unless the
-  run waits for it. "tail" is the time from the endpoint's last reply to run()'s return.
+  ``mlflow``, ``opentelemetry`` or ``wildtrace/tracking``. Logging done off the main thread costs nothing here
+  unless the run waits for it. "tail" is the time from the endpoint's last reply to run()'s return.
 - store growth: the MLflow store (``mlflow.db*`` + ``mlartifacts/``) after each run. The
   target reads "two full runs grow the store by < 25 % of the corpus" as: the second full
   run (the rerun, on a store that already holds the first) adds less than a quarter of the
@@ -55,10 +55,11 @@ import tempfile
 import threading
 import time
 import zlib
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 # The worktree's package first (an editable install elsewhere must not be what is measured).
@@ -318,7 +319,8 @@ def run_harness(spec: dict, work: Path, label: str) -> dict:
 
 # --- the measurement ------------------------------------------------------------------------
 
-def ideal_seconds(n: int, concurrency: int, latency_answer: float, judge_concurrency: int, latency_judge: float) -> float:
+def ideal_seconds(n: int, concurrency: int, latency_answer: float, judge_concurrency: int,
+                  latency_judge: float) -> float:
     """No client beats this: the answer waves plus the last wave's judges (or the judges' own bound)."""
     if n <= 0:
         return 0.0
@@ -488,7 +490,8 @@ def render(report: dict) -> str:
     r, f, q = report["ratios"], report["first"], report["rerun"]
     mb = 1e6
     lines = [
-        f"wildtrace scale benchmark @ {report['commit']}: {report['n_tasks']} tasks, {report['shape']['docs']} documents, "
+        f"wildtrace scale benchmark @ {report['commit']}: {report['n_tasks']} tasks, "
+        f"{report['shape']['docs']} documents, "
         f"{report['corpus_bytes'] / mb:.1f} MB corpus ({'generated' if report['generated'] else 'cached'}); "
         f"model={report['model']} ({report['n_in_scope']} in scope, {report['n_out_of_context']} out of context)",
         f"endpoint: answers {report['latency_answer_s']} s at C={report['concurrency']}, {report['judges']} judges "
@@ -497,11 +500,13 @@ def render(report: dict) -> str:
         f"first run: wall {f['wall_s']:.2f} s vs ideal {report['ideal_s']:.2f} s = {_num(r['wall_over_ideal'])}x "
         f"(pipeline {f['pipeline_s']:.2f} s = {_num(r['pipeline_over_ideal'])}x); {f['requests']} requests; "
         f"statuses {f['statuses']}",
-        f"  harness CPU {f['cpu_s']:.2f} s = {_num(r['cpu_ms_per_request'])} ms/request ({r['cpu_over_wall']:.2f} of a core;"
+        f"  harness CPU {f['cpu_s']:.2f} s = {_num(r['cpu_ms_per_request'])} ms/request "
+        f"({r['cpu_over_wall']:.2f} of a core;"
         f" {f.get('logger_cpu_s', 0):.2f} s of it logging; {_num(r['cpu_ms_per_request_calls'])} ms/request up to the "
         f"last reply); peak RSS {f['peak_rss_mb']:.0f} MB ({f.get('logger_peak_rss_mb', 0):.0f} MB of it logging; "
         f"both processes sampled together every 50 ms: {f.get('peak_rss_together_mb', 0):.0f} MB)",
-        f"  MLflow {f['mlflow_s']:.2f} s = {100 * f['mlflow_share']:.1f} % of wall; run ended {_num(f['tail_s'])} s after "
+        f"  MLflow {f['mlflow_s']:.2f} s = {100 * f['mlflow_share']:.1f} % of wall; "
+        f"run ended {_num(f['tail_s'])} s after "
         f"the last reply; logged: {f['mlflow_logged']}",
         f"rerun: {q['requests']} requests, {q['process_s']:.2f} s end to end (run() {q['wall_s']:.2f} s, pipeline "
         f"{q['pipeline_s']:.2f} s, MLflow {q['mlflow_s']:.2f} s); peak RSS {q['peak_rss_mb']:.0f} MB",

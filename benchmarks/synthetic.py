@@ -104,7 +104,7 @@ def languages(shape: ReleaseShape) -> list[str]:
 
 
 def _corpus_bytes(tokens: list[float], langs: list[str]) -> float:
-    return sum(t * CHARS_PER_TOKEN[lang] * BYTES_PER_CHAR[lang] for t, lang in zip(tokens, langs))
+    return sum(t * CHARS_PER_TOKEN[lang] * BYTES_PER_CHAR[lang] for t, lang in zip(tokens, langs, strict=True))
 
 
 def token_estimates(shape: ReleaseShape) -> list[int]:
@@ -145,9 +145,12 @@ _EN_WORDS = {
             "since the spare had not arrived", "without telling the office"],
 }
 _ZH_WORDS = {
-    "who": ["值班工程师", "夜班主管", "林队长", "泵房操作员", "周医生", "港务长", "接班人员", "承包商", "陈船长", "控制室"],
-    "did": ["记录了", "检查了", "隔离了", "重新启动了", "报告了", "越过了", "重新校准了", "封闭了", "绕开了", "询问了"],
-    "what": ["阀门", "给水泵", "压力变送器", "备用发电机", "压载舱", "继电器柜", "冷却回路", "信号灯", "绞车", "储水桶"],
+    "who": ["值班工程师", "夜班主管", "林队长", "泵房操作员", "周医生", "港务长", "接班人员", "承包商", "陈船长",
+            "控制室"],
+    "did": ["记录了", "检查了", "隔离了", "重新启动了", "报告了", "越过了", "重新校准了", "封闭了", "绕开了",
+            "询问了"],
+    "what": ["阀门", "给水泵", "压力变送器", "备用发电机", "压载舱", "继电器柜", "冷却回路", "信号灯", "绞车",
+             "储水桶"],
     "where": ["在泵房里", "在下层甲板上", "在北门", "在锅炉房旁边", "在东侧附楼", "在码头", "在档案室", "在山脊路上"],
     "why": ["因为警报已被静音", "在早班交接之后", "尽管工单仍未关闭", "正当天气转变之时", "按照手册的要求",
             "在任何人查看日志之前", "由于备件尚未到货", "却没有通知办公室"],
@@ -160,7 +163,8 @@ def _sentence(rng: random.Random, language: str) -> str:
     pick = {k: rng.choice(v) for k, v in w.items()}
     hh, mm, tag = rng.randrange(24), rng.randrange(60), rng.randrange(100, 999)
     if language == "en":
-        return f"At {hh:02d}:{mm:02d} {pick['who']} {pick['did']} the {pick['what']} {tag} {pick['where']}, {pick['why']}."
+        return (f"At {hh:02d}:{mm:02d} {pick['who']} {pick['did']} the {pick['what']} {tag} "
+                f"{pick['where']}, {pick['why']}.")
     return f"{hh:02d}:{mm:02d}，{pick['who']}{pick['where']}{pick['did']}{tag}号{pick['what']}，{pick['why']}。"
 
 
@@ -203,7 +207,8 @@ def _rubric(rng: random.Random, language: str, qid: str) -> list[dict]:
         said = " ".join(_sentence(rng, language) for _ in range(rng.randint(1, 4)))
         lead = f"Item {j + 1} of {qid}: states that " if language == "en" else f"{qid} 第{j + 1}项：指出"
         items.append({"points": int(p) if p == int(p) else p, "correct_criterion": lead + said,
-                      "common_errors": "Gives the time but not the cause." if language == "en" else "只给出时间而未说明原因。"})
+                      "common_errors": ("Gives the time but not the cause." if language == "en"
+                                        else "只给出时间而未说明原因。")})
     return items
 
 

@@ -67,13 +67,15 @@ def measure(tasks: int, latency: float, concurrency: int, judges: int) -> dict:
     os.environ.setdefault(KEY_ENV, "sk-bench")
     with tempfile.TemporaryDirectory() as tmp_name, endpoint(latency) as (url, server):
         tmp = Path(tmp_name)
-        tasks_path, corpus = write_release(tmp, [make_task(f"b{i}", f"What failed? #{i}", "doc.txt") for i in range(tasks)],
-                                           {"doc.txt": "The seal was worn. The pump failed at 03:14. " * 200})
+        tasks_path, corpus = write_release(
+            tmp, [make_task(f"b{i}", f"What failed? #{i}", "doc.txt") for i in range(tasks)],
+            {"doc.txt": "The seal was worn. The pump failed at 03:14. " * 200})
         panel = {f"j{k}": {**openai_judge(url, f"bench-judge-{k}"), "max_concurrency": concurrency}
                  for k in range(judges)}
         overrides = ["model=custom", "model.route=bench-model", f"model.base_url={url}/v1",
-                     f"model.api_key_env={KEY_ENV}", f"model.max_concurrency={concurrency}", f"dataset.tasks={tasks_path}",
-                     f"dataset.corpus={corpus}", "cache.enabled=false", f"stage={'all' if judges else 'answer'}"]
+                     f"model.api_key_env={KEY_ENV}", f"model.max_concurrency={concurrency}",
+                     f"dataset.tasks={tasks_path}", f"dataset.corpus={corpus}", "cache.enabled=false",
+                     f"stage={'all' if judges else 'answer'}"]
         cfg = settings(tmp, overrides, judges=panel if judges else None)
         started = time.perf_counter()
         result = run(cfg)
@@ -81,7 +83,8 @@ def measure(tasks: int, latency: float, concurrency: int, judges: int) -> dict:
     calls, peak = server["calls"], server["peak_in_flight"]
     ideal = math.ceil(tasks / concurrency) * latency + (latency if judges else 0.0)
     return {"tasks": tasks, "judges": judges, "latency_s": latency, "concurrency": concurrency, "calls": calls,
-            "peak_in_flight": peak, "wall_s": round(wall, 3), "pipeline_s": round(result.outcome.wall_s, 3), "ideal_s": round(ideal, 3), "ratio": round(wall / ideal, 3)}
+            "peak_in_flight": peak, "wall_s": round(wall, 3), "pipeline_s": round(result.outcome.wall_s, 3),
+            "ideal_s": round(ideal, 3), "ratio": round(wall / ideal, 3)}
 
 
 def main() -> None:

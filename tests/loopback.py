@@ -119,7 +119,7 @@ class LoopbackServer:
             protocol_version = "HTTP/1.1"  # keep-alive, as real APIs
             disable_nagle_algorithm = True  # else +40 ms per keep-alive reply
 
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            def do_POST(self) -> None:  # http.server's naming
                 raw = self.rfile.read(int(self.headers.get("content-length", 0)))
                 try:
                     body = json.loads(raw)
@@ -155,8 +155,8 @@ class LoopbackServer:
                     with outer._lock:
                         outer.in_flight -= 1
 
-            do_GET = do_POST  # noqa: N815 - the same scripted reply, recorded with its method
-            do_CONNECT = do_POST  # noqa: N815 - a client that took this server for its proxy
+            do_GET = do_POST  # the same scripted reply, recorded with its method
+            do_CONNECT = do_POST  # a client that took this server for its proxy
 
             def _send_chunks(self, reply: Reply) -> None:
                 self.send_response(reply.status)

@@ -167,7 +167,8 @@ def wait_health(url: str, proc: subprocess.Popen, what: str, log: Path) -> None:
 
 
 @contextmanager
-def mlflow_server(backend_uri: str, artifacts: Path, log: Path, workers: int = 2) -> Iterator[tuple[str, subprocess.Popen]]:
+def mlflow_server(backend_uri: str, artifacts: Path, log: Path,
+                  workers: int = 2) -> Iterator[tuple[str, subprocess.Popen]]:
     """`mlflow server` on a free loopback port over ``backend_uri``, proxying artifacts into ``artifacts``.
 
     Its output goes to ``log`` (a pipe nobody reads would fill and stall the server under load).

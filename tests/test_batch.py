@@ -436,7 +436,7 @@ def test_batch_run_answers_and_judges_every_task_through_the_batch_api(tmp_path,
 def test_a_batch_item_is_the_synchronous_request_byte_for_byte(tmp_path, release, test_key):
     """Same bytes (streaming off), and the custom_id is the synchronous call's cache key."""
     with BatchServer() as server:
-        cfg = settings(tmp_path, overrides(server.url, release, judge_batch=False) + ["stage=answer"])
+        cfg = settings(tmp_path, [*overrides(server.url, release, judge_batch=False), "stage=answer"])
         assert run(cfg).exit_code == 0
         uploaded = server.files["file-1"]
     from wildtrace.core.prompts import answer_prompt
@@ -446,7 +446,7 @@ def test_a_batch_item_is_the_synchronous_request_byte_for_byte(tmp_path, release
     from wildtrace.runtime.run import model_spec
 
     provider = OpenAIProvider(model_spec(cfg))
-    tasks, corpus = release
+    _tasks, corpus = release
     for line in uploaded.splitlines():
         head, body_bytes = line.split(b',"body":', 1)
         body_bytes = body_bytes[:-1]
@@ -492,7 +492,7 @@ def test_batch_run_then_synchronous_rerun_sends_nothing_and_the_reverse(tmp_path
 def test_expired_or_cancelled_batch_resends_only_its_unfinished_items(tmp_path, release, test_key, provider, cancel):
     with BatchServer() as server:
         server.expire_after, server.cancel = 1, cancel
-        cfg = settings(tmp_path, overrides(server.url, release, provider) + ["stage=answer"])
+        cfg = settings(tmp_path, [*overrides(server.url, release, provider), "stage=answer"])
         result = run(cfg)
         first, second = list(server.items)
     assert result.exit_code == 0, result.headline
@@ -532,7 +532,7 @@ def test_item_failures_follow_the_synchronous_retry_rule(tmp_path, release, test
     """A transient item error is sent again in a later batch; a final one is a recorded failure."""
     with BatchServer() as server:
         server.script = transient_then_ok
-        cfg = settings(tmp_path, overrides(server.url, release) + ["stage=answer"])
+        cfg = settings(tmp_path, [*overrides(server.url, release), "stage=answer"])
         run(cfg)
     answers = {r["question_id"]: r for r in rows(Path(cfg.out_dir), "responses.json")}
     assert answers["q1"]["status"] == "answered" and answers["q1"]["attempts"] == 2
@@ -546,7 +546,7 @@ def test_item_failures_follow_the_synchronous_retry_rule(tmp_path, release, test
 def test_an_item_that_always_fails_is_sent_max_retries_plus_one_times(tmp_path, release, test_key):
     with BatchServer() as server:
         server.script = always_500
-        cfg = settings(tmp_path, overrides(server.url, release) + ["stage=answer", "retry.max_retries=2"])
+        cfg = settings(tmp_path, [*overrides(server.url, release), "stage=answer", "retry.max_retries=2"])
         run(cfg)
     answers = rows(Path(cfg.out_dir), "responses.json")
     assert [r["reason"] for r in answers] == ["retries_exhausted"] * N_TASKS
@@ -557,7 +557,7 @@ def test_an_item_that_always_fails_is_sent_max_retries_plus_one_times(tmp_path, 
 def test_refusals_and_empty_outputs_are_failures_as_in_a_synchronous_call(tmp_path, release, test_key):
     with BatchServer() as server:
         server.script = refusal_and_empty
-        cfg = settings(tmp_path, overrides(server.url, release) + ["stage=answer"])
+        cfg = settings(tmp_path, [*overrides(server.url, release), "stage=answer"])
         run(cfg)
         assert len(server.batches) == 1  # neither is sent again
     answers = {r["question_id"]: r for r in rows(Path(cfg.out_dir), "responses.json")}
@@ -672,7 +672,7 @@ def test_only_judges_in_batch_answers_first_then_one_judge_batch(tmp_path, relea
 def test_progress_line_shows_each_batch_state_and_counts(tmp_path, release, test_key, caplog):
     caplog.set_level("INFO")
     with BatchServer() as server:
-        cfg = settings(tmp_path, overrides(server.url, release) + ["stage=answer"], progress=True)
+        cfg = settings(tmp_path, [*overrides(server.url, release), "stage=answer"], progress=True)
         assert run(cfg).exit_code == 0
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("progress:")]
     assert lines and "batch model batch_1: completed (total 4, completed 4, failed 0)" in lines[-1]
@@ -684,14 +684,14 @@ def test_a_batch_past_max_wait_fails_its_items_and_a_rerun_polls_it_again(tmp_pa
     with BatchServer() as server:
         server.hold.set()
         cache = tmp_path / "cache"
-        first = settings(tmp_path / "a", overrides(server.url, release, cache=cache)
-                         + ["stage=answer", "batch.max_wait_h=0.00001"])
+        first = settings(tmp_path / "a", [*overrides(server.url, release, cache=cache),
+                                          "stage=answer", "batch.max_wait_h=0.00001"])
         run(first)
         answers = rows(Path(first.out_dir), "responses.json")
         assert [r["reason"] for r in answers] == ["batch_timeout"] * N_TASKS
         assert "batch_1" in answers[0]["error"] and "max_wait_h" in answers[0]["error"]
         server.hold.clear()
-        second = settings(tmp_path / "b", overrides(server.url, release, cache=cache) + ["stage=answer"])
+        second = settings(tmp_path / "b", [*overrides(server.url, release, cache=cache), "stage=answer"])
         assert run(second).exit_code == 0
     assert list(server.batches) == ["batch_1"]
     assert [r["status"] for r in rows(Path(second.out_dir), "responses.json")] == ["answered"] * N_TASKS
@@ -708,7 +708,7 @@ def test_results_url_on_another_host_never_gets_the_key(tmp_path, release, test_
             return reply
 
         server.anthropic_poll = poll
-        cfg = settings(tmp_path, overrides(server.url, release, "anthropic") + ["stage=answer", "retry.max_retries=1"])
+        cfg = settings(tmp_path, [*overrides(server.url, release, "anthropic"), "stage=answer", "retry.max_retries=1"])
         run(cfg)
     assert elsewhere.calls == []
     answers = rows(Path(cfg.out_dir), "responses.json")
@@ -722,8 +722,8 @@ def test_stage_judge_sends_the_given_answers_judgments_in_batch(tmp_path, releas
     responses.write_text(json.dumps([{"question_id": f"q{i}", "status": "answered", "response": f"Answer {i}"}
                                      for i in range(N_TASKS - 1)]))
     with BatchServer() as server:
-        cfg = settings(tmp_path, overrides(server.url, release, model_batch=False, judge_batch=True)
-                       + ["stage=judge", f"responses={responses}"], judges=judges(server.url))
+        cfg = settings(tmp_path, [*overrides(server.url, release, model_batch=False, judge_batch=True),
+                                  "stage=judge", f"responses={responses}"], judges=judges(server.url))
         assert run(cfg).exit_code in (0, 1)
     assert server.sync_calls == [] and len(server.batches) == 1
     assert len(server.items["batch_1"]) == N_TASKS - 1  # the task without an answer is not judged
@@ -741,7 +741,7 @@ def test_a_batch_the_provider_refuses_to_create_fails_its_items_with_its_words(t
     with BatchServer() as server:
         server.respond_create = server.openai_create
         server.openai_create = lambda call: Reply(status, body)
-        cfg = settings(tmp_path, overrides(server.url, release) + ["stage=answer"])
+        cfg = settings(tmp_path, [*overrides(server.url, release), "stage=answer"])
         result = run(cfg)
     assert result.exit_code != 0
     answers = rows(Path(cfg.out_dir), "responses.json")
@@ -775,7 +775,7 @@ def test_sigint_while_a_batch_is_pending_stops_waiting_and_keeps_the_batch_open(
 def test_a_failed_batch_sends_its_items_again_in_the_next_round(tmp_path, release, test_key):
     with BatchServer() as server:
         server.fail_next = True
-        cfg = settings(tmp_path, overrides(server.url, release) + ["stage=answer"])
+        cfg = settings(tmp_path, [*overrides(server.url, release), "stage=answer"])
         assert run(cfg).exit_code == 0
     assert list(server.batches) == ["batch_1", "batch_2"]
     assert sorted(k for k, _ in server.items["batch_1"]) == sorted(k for k, _ in server.items["batch_2"])
@@ -787,7 +787,7 @@ def test_hostile_result_files_are_read_around(tmp_path, release, test_key):
     """Lines that are not JSON, not objects, for a custom_id never sent, or unterminated: ignored."""
     with BatchServer() as server:
         server.garbage = True
-        cfg = settings(tmp_path, overrides(server.url, release) + ["stage=answer"])
+        cfg = settings(tmp_path, [*overrides(server.url, release), "stage=answer"])
         assert run(cfg).exit_code == 0
     assert [r["status"] for r in rows(Path(cfg.out_dir), "responses.json")] == ["answered"] * N_TASKS
     assert len(server.batches) == 1
@@ -803,7 +803,7 @@ def test_a_result_line_past_its_bound_is_skipped_and_its_item_sent_again(tmp_pat
 
     with BatchServer() as server:
         server.script = huge_once
-        cfg = settings(tmp_path, overrides(server.url, release) + ["stage=answer", "max_response_mb=0.05"])
+        cfg = settings(tmp_path, [*overrides(server.url, release), "stage=answer", "max_response_mb=0.05"])
         assert run(cfg).exit_code == 0
     answers = {r["question_id"]: r for r in rows(Path(cfg.out_dir), "responses.json")}
     assert answers["q1"]["status"] == "answered" and answers["q1"]["attempts"] == 2

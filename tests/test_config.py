@@ -102,7 +102,8 @@ def test_drop_and_retarget_a_judge_from_the_command_line():
 
 
 @pytest.mark.parametrize(
-    "reasoning, max_tokens, expected", [(True, None, 32768), (False, None, 8192), (True, 1000, 1000), (False, 4096, 4096)]
+    "reasoning, max_tokens, expected",
+    [(True, None, 32768), (False, None, 8192), (True, 1000, 1000), (False, 4096, 4096)],
 )
 def test_effective_budget(reasoning, max_tokens, expected):
     model = ModelConfig(name="m", provider="openai", route="r", base_url="u", reasoning=reasoning)
@@ -127,7 +128,8 @@ def test_typos_and_wrong_types_fail_at_compose_naming_the_key(overrides, fragmen
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (["model.provider=openia"], r"model.provider: unknown provider 'openia' \(choose from openai, anthropic, gemini, offline\)"),
+        (["model.provider=openia"],
+         r"model.provider: unknown provider 'openia' \(choose from openai, anthropic, gemini, offline\)"),
         (["judge_panel.judges.lexical.provider=nope"], r"judge_panel.judges.lexical.provider: unknown provider 'nope'"),
         (["model.budget_field=tokens"], "model.budget_field"),
         (["stage=judge"], "stage=judge needs responses=PATH"),
@@ -141,7 +143,8 @@ def test_typos_and_wrong_types_fail_at_compose_naming_the_key(overrides, fragmen
         (["decoding.temperature=-0.1"], r"decoding.temperature must be within"),
         (["model=claude-opus-4.6", "model.send_temperature=true", "decoding.temperature=1.5"],
          r"decoding.temperature must be within \[0.0, 1.0\] for model \(anthropic\)"),
-        (["judge_panel.temperature=3"], r"judge_panel.temperature must be within \[0.0, 2.0\] for judge_panel.judges.lexical"),
+        (["judge_panel.temperature=3"],
+         r"judge_panel.temperature must be within \[0.0, 2.0\] for judge_panel.judges.lexical"),
         (["decoding.reasoning_effort=ultra"], r"decoding.reasoning_effort: unknown reasoning_effort 'ultra'"),
         (["judge_panel.judges.lexical.reasoning_format=anthropic-budget"],
          r"judge_panel.judges.lexical.reasoning_format: reasoning_format 'anthropic-budget' does not apply"),
@@ -163,7 +166,7 @@ def test_judge_keys_must_be_plain_identifiers():
 
     with open_dict(cfg):
         cfg.judge_panel.judges["bad.key"] = cfg.judge_panel.judges["lexical"]
-    with pytest.raises(ConfigError, match="key 'bad.key' must use only"):
+    with pytest.raises(ConfigError, match=r"key 'bad\.key' must use only"):
         to_settings(cfg)
 
 
@@ -228,7 +231,8 @@ ROOT = Path(__file__).resolve().parents[1]
         (["+judge_panel.max_token=9"], ["judge_panel.max_token"],
          "judge_panel.max_token (did you mean judge_panel.max_tokens?)"),
         (["+retry.max_retry=1", "+cache.dirr=/tmp"], ["retry.max_retry", "cache.dirr"],
-         "unknown config keys: retry.max_retry (did you mean retry.max_retries?); cache.dirr (did you mean cache.dir?)"),
+         "unknown config keys: retry.max_retry (did you mean retry.max_retries?); "
+         "cache.dirr (did you mean cache.dir?)"),
     ],
 )
 def test_plus_typos_fail_naming_the_key_and_the_nearest_valid_one(overrides, unknown, message):
@@ -328,10 +332,10 @@ def test_spec_warnings(overrides, codes):
 
 def test_spec_warning_messages():
     """The messages name the model, the budget, the spec's figure and the judge."""
-    (code, budget), = spec_warnings(_settings(["model=gpt-5.1", "decoding.max_tokens=8192"]))
+    (_code, budget), = spec_warnings(_settings(["model=gpt-5.1", "decoding.max_tokens=8192"]))
     assert budget == ("model gpt-5.1 is a reasoning model (model.reasoning=true) given a budget of 8192 tokens: "
                       "the spec (§2) asks for 32768; reasoning models truncated below this lose ~7pp")
-    (code, panel), = spec_warnings(_settings(["model=qwen3.5-plus", "judge_panel=paper"]))
+    (_code, panel), = spec_warnings(_settings(["model=qwen3.5-plus", "judge_panel=paper"]))
     assert panel == ("model qwen3.5-plus (route qwen3.5-plus) is also judge qwen (route qwen3.5-plus): "
                      "the spec's judges (§4) are not on the leaderboard")
 

@@ -546,7 +546,7 @@ def test_a_bad_probe_out_is_refused_before_any_request(tmp_path, test_key, bad):
                 f"root={tmp_path / 'outputs'}", "model=custom", "model.name=probed", "model.route=probe-me",
                 f"model.base_url={server.url}/v1", f"model.api_key_env={TEST_KEY_ENV}", "probe.yes=true",
                 f"probe.out={out}", "probe.overwrite=true"])
-        with pytest.raises(P.ProbeError, match="probe.out") as info:
+        with pytest.raises(P.ProbeError, match=r"probe\.out") as info:
             P.probe(to_settings(cfg))
         assert server.calls == []
     assert str(out.parent) in str(info.value) or str(out) in str(info.value)

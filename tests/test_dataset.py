@@ -14,7 +14,8 @@ def task(qid="q1", corpus_file="corpus/doc.txt", **over):
         "question_text": "What happened?",
         "corpus_file": corpus_file,
         "paradigm": "causal_attribution",
-        "ground_truth": {"scoring_rubric": [{"points": 60, "correct_criterion": "a"}, {"points": 40, "correct_criterion": "b"}]},
+        "ground_truth": {"scoring_rubric": [{"points": 60, "correct_criterion": "a"},
+                                            {"points": 40, "correct_criterion": "b"}]},
     }
     record.update(over)
     return record
@@ -24,7 +25,7 @@ def task(qid="q1", corpus_file="corpus/doc.txt", **over):
 def release(tmp_path):
     corpus = tmp_path / "corpus"
     corpus.mkdir()
-    (corpus / "doc.txt").write_bytes("Line one.\r\nLine two.\n".encode())
+    (corpus / "doc.txt").write_bytes(b"Line one.\r\nLine two.\n")
     (corpus / "zh.txt").write_text("中文" * 20, encoding="utf-8")
 
     def write(records, name="tasks.json", raw=None):
@@ -36,7 +37,7 @@ def release(tmp_path):
 
 
 def test_loads_release_shape_and_measures(release):
-    root, corpus, write = release
+    _root, corpus, write = release
     ds = load_dataset(write([task(), task("q2", "zh.txt")]), corpus)
     assert [t.question_id for t in ds.tasks] == ["q1", "q2"]
     assert ds.tasks[0].meta == {"paradigm": "causal_attribution"}
@@ -48,28 +49,28 @@ def test_loads_release_shape_and_measures(release):
 
 @pytest.mark.parametrize("wrapper", ["tasks", "data"])
 def test_object_wrappers(release, wrapper):
-    root, corpus, write = release
+    _root, corpus, write = release
     assert len(load_dataset(write({wrapper: [task()]}), corpus).tasks) == 1
 
 
 def test_jsonl(release):
-    root, corpus, write = release
+    _root, corpus, write = release
     path = write(None, "tasks.jsonl", raw="\n".join(json.dumps(task(q)) for q in ("a", "b", "c")) + "\n")
     assert [t.question_id for t in load_dataset(path, corpus).tasks] == ["a", "b", "c"]
 
 
 def test_rubric_as_json_string(release):
-    root, corpus, write = release
+    _root, corpus, write = release
     record = task(ground_truth={"scoring_rubric": json.dumps([{"points": 100, "correct_criterion": "x"}])})
     assert load_dataset(write([record]), corpus).tasks[0].rubric[0].points == 100
 
 
 def test_ids_and_limit(release):
-    root, corpus, write = release
+    _root, corpus, write = release
     path = write([task("a"), task("b"), task("c")])
     assert [t.question_id for t in load_dataset(path, corpus, ids=["c", "a"]).tasks] == ["a", "c"]
     assert [t.question_id for t in load_dataset(path, corpus, limit=2).tasks] == ["a", "b"]
-    with pytest.raises(DatasetError, match="unknown question_id.*zzz"):
+    with pytest.raises(DatasetError, match=r"unknown question_id.*zzz"):
         load_dataset(path, corpus, ids=["zzz"])
 
 
@@ -100,7 +101,8 @@ def drop(record, dotted):
         ([task(), task()], r"record #1: duplicate question_id 'q1' \(first at record #0\)"),
         (["not an object"], r"record #0: a task must be a JSON object"),
         ([], r"no tasks"),
-        ([task(corpus_file="corpus/absent.txt")], r"record #0 \(question_id='q1'\): field 'corpus_file': corpus file 'corpus/absent.txt' not found"),
+        ([task(corpus_file="corpus/absent.txt")],
+         r"record #0 \(question_id='q1'\): field 'corpus_file': corpus file 'corpus/absent.txt' not found"),
         ([task(corpus_file="../outside.txt")], r"field 'corpus_file' '../outside.txt' leaves the corpus folder"),
         ([task(corpus_file="corpus/../../outside.txt")], r"leaves the corpus folder"),
         ([task(corpus_file="/etc/passwd")], r"is an absolute path"),
@@ -114,7 +116,7 @@ def test_bad_records(release, records, message):
 
 
 def test_corpus_file_not_utf8(release):
-    root, corpus, write = release
+    _root, corpus, write = release
     (corpus / "latin1.txt").write_bytes("caf\xe9".encode("latin-1"))
     with pytest.raises(DatasetError, match=r"record #0 \(question_id='q1'\): corpus file .*latin1.txt is not UTF-8"):
         load_dataset(write([task(corpus_file="latin1.txt")]), corpus)

@@ -34,7 +34,7 @@ def default_run(tmp_path_factory):
 
 
 def test_default_run_prints_the_overall(default_run):
-    cwd, proc = default_run
+    _cwd, proc = default_run
     assert proc.returncode == 0, proc.stderr
     assert re.search(r"^overall \(All view\): \d+\.\d\d%   scored: \d+\.\d\d% \(n=10\)$", proc.stdout, re.M)
     assert "model=extractive panel=offline dataset=sample (10 tasks" in proc.stdout
@@ -91,8 +91,9 @@ def test_bad_input_exits_2_with_one_clear_line(tmp_path):
     bad = tmp_path / "tasks.json"
     bad.write_text('[{"question_id": "q1"}]', encoding="utf-8")
     (tmp_path / "corpus").mkdir()
-    proc = subprocess.run([sys.executable, "-m", "wildtrace", f"dataset.tasks={bad}", f"dataset.corpus={tmp_path / 'corpus'}",
-                           f"root={tmp_path / 'out'}"], env=clean_env(), capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-m", "wildtrace", f"dataset.tasks={bad}",
+                           f"dataset.corpus={tmp_path / 'corpus'}", f"root={tmp_path / 'out'}"],
+                          env=clean_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert f"wildtrace: error: {bad}: record #0 (question_id='q1'): missing field" in proc.stderr
     assert "Traceback" not in proc.stderr

@@ -10,6 +10,7 @@ server on 127.0.0.1; the sources of the bodies are named beside them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -94,14 +95,16 @@ KIMI_STREAM = sse(
 #: The same answer with both places filled (a gateway normalising Moonshot's chunk): the top-level wins.
 BOTH_PLACES = sse(
     {"choices": [{"index": 0, "delta": {"content": "守夜人签署了报告。"}, "finish_reason": None}]},
-    {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop", "usage": {"prompt_tokens": 1, "completion_tokens": 1}}]},
+    {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop",
+                  "usage": {"prompt_tokens": 1, "completion_tokens": 1}}]},
     {"choices": [], "usage": {"prompt_tokens": 19, "completion_tokens": 13, "total_tokens": 32}},
     done=True,
 )
 TOP_FIRST = sse(
     {"choices": [{"index": 0, "delta": {"content": "守夜人签署了报告。"}, "finish_reason": None}],
      "usage": {"prompt_tokens": 19, "completion_tokens": 13}},
-    {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop", "usage": {"prompt_tokens": 1, "completion_tokens": 1}}]},
+    {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop",
+                  "usage": {"prompt_tokens": 1, "completion_tokens": 1}}]},
     done=True,
 )
 #: Moonshot's plain body with usage only in choices[0] (a proxy that assembled the stream).
@@ -144,7 +147,8 @@ GEMINI_NO_THINKING = Reply(200, {
 )
 def test_token_counts_as_each_vendor_reports_them(provider, stream, reply, usage):
     with LoopbackServer(lambda call: reply) as server:
-        (result,), _ = run_calls(server, provider, stream=stream, route="gemini-2.5-pro" if provider == "gemini" else "kimi-k2.6")
+        (result,), _ = run_calls(server, provider, stream=stream,
+                                 route="gemini-2.5-pro" if provider == "gemini" else "kimi-k2.6")
         path = server.calls[0].path
     assert result.ok and result.text == "守夜人签署了报告。", result
     assert result.usage == usage
@@ -168,8 +172,10 @@ def glm_plain(finish: str, content: str = "") -> Reply:
 def glm_stream(finish: str, content: str = "") -> Reply:
     """GLM's stream: deltas, then the last chunk with the finish_reason and usage, then [DONE]."""
     head = {"id": "2026120121", "created": 1764590000, "model": "glm-5.2"}
-    events = [{**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": content}}]}] if content else []
-    events.append({**head, "choices": [{"index": 0, "finish_reason": finish, "delta": {"role": "assistant", "content": ""}}],
+    events = ([{**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": content}}]}]
+              if content else [])
+    events.append({**head,
+                   "choices": [{"index": 0, "finish_reason": finish, "delta": {"role": "assistant", "content": ""}}],
                    "usage": {"prompt_tokens": 30, "completion_tokens": 5, "total_tokens": 35}})
     return sse(*events, done=True)
 
@@ -184,7 +190,8 @@ GOOD = "守夜人签署了报告。"
         # The moderation filter blocked the output: a refusal (recorded, kept as that refusal, never an answer).
         pytest.param(["sensitive"], False, R.REFUSAL, "finish_reason=sensitive", 1, True, id="sensitive-refusal"),
         # Half an answer, then blocked: still a refusal, the partial text is not an answer.
-        pytest.param(["sensitive:守夜人"], False, R.REFUSAL, "finish_reason=sensitive", 1, True, id="sensitive-partial"),
+        pytest.param(["sensitive:守夜人"], False, R.REFUSAL, "finish_reason=sensitive", 1, True,
+                     id="sensitive-partial"),
         # An inference fault, then a good answer: retried, the answer kept.
         pytest.param(["network_error", "stop:" + GOOD], True, None, None, 2, True, id="network-error-retried"),
         # Faults all the way: retries exhausted, nothing stored (a rerun asks again).
@@ -221,13 +228,18 @@ QUOTA_REPLIES = [
     # Z.ai's Anthropic-compatible route: a rate_limit_error type, but code 1113 (zai-org/feedback#789).
     pytest.param("anthropic", Reply(429, {"type": "error", "error": {
         "type": "rate_limit_error", "code": "1113",
-        "message": "[1113][Insufficient balance or no resource package. Please recharge.][20260922232915e8288c66f9ff4aaa]"},
+        "message": "[1113][Insufficient balance or no resource package. Please recharge.]"
+                   "[20260922232915e8288c66f9ff4aaa]"},
         "request_id": "20260922232915e8288c66f9ff4aaa"}), id="zai-1113-anthropic-route"),
     # MiniMax answering an empty balance with HTTP 500 (github.com/MiniMax-AI/MiniMax-M2/issues/62).
-    pytest.param("anthropic", Reply(500, {"type": "error", "error": {"type": "api_error", "message": "insufficient balance (1008)"},
-                                          "request_id": "05997465cd2ee4bd50b24b216c911b75"}), id="minimax-1008-500-anthropic"),
-    pytest.param("openai", Reply(500, {"type": "error", "error": {"type": "api_error", "message": "insufficient balance (1008)"},
-                                       "request_id": "05997465cd2ee4bd50b24b216c911b75"}), id="minimax-1008-500-openai"),
+    pytest.param("anthropic", Reply(500, {"type": "error",
+                                          "error": {"type": "api_error", "message": "insufficient balance (1008)"},
+                                          "request_id": "05997465cd2ee4bd50b24b216c911b75"}),
+                 id="minimax-1008-500-anthropic"),
+    pytest.param("openai", Reply(500, {"type": "error",
+                                       "error": {"type": "api_error", "message": "insufficient balance (1008)"},
+                                       "request_id": "05997465cd2ee4bd50b24b216c911b75"}),
+                 id="minimax-1008-500-openai"),
     # MiniMax through ModelScope: HTTP 429, insufficient_balance_error (github.com/modelscope/modelscope/issues/1691).
     pytest.param("openai", Reply(429, {"error": {"http_code": "429", "message": "insufficient balance (1008)",
                                                  "type": "insufficient_balance_error"}, "request_id": "x"}),
@@ -254,8 +266,10 @@ def test_balance_errors_fail_fast_and_latch(provider, reply):
     ("reply", "attempts"),
     [
         # A plain 500 and a rate limit without a balance code stay transient (retried, then the answer).
-        pytest.param(Reply(500, {"type": "error", "error": {"type": "api_error", "message": "internal error"}}), 2, id="500"),
-        pytest.param(Reply(429, {"error": {"message": "Rate limit reached for requests", "type": "rate_limit_error"}}), 2,
+        pytest.param(Reply(500, {"type": "error", "error": {"type": "api_error", "message": "internal error"}}), 2,
+                     id="500"),
+        pytest.param(Reply(429, {"error": {"message": "Rate limit reached for requests", "type": "rate_limit_error"}}),
+                     2,
                      id="429-rate-limit"),
         # MiniMax's base_resp 1002 is its rate limit ("please retry later"): retried.
         pytest.param(Reply(200, {"choices": None, "base_resp": {"status_code": 1002, "status_msg": "rate limit"}}), 2,
@@ -277,7 +291,8 @@ def test_other_vendor_errors_stay_transient(reply, attempts):
 #: o_series_transformation.py), in the proxy's error envelope.
 LITELLM_GPT5 = ("litellm.UnsupportedParamsError: gpt-5 models (including gpt-5-codex) don't support temperature=0.1. "
                 "Only temperature=1 is supported. For gpt-5.1, temperature is supported when reasoning_effort='none' "
-                "(or not specified, as it defaults to 'none'). To drop unsupported params set `litellm.drop_params = True`")
+                "(or not specified, as it defaults to 'none'). "
+                "To drop unsupported params set `litellm.drop_params = True`")
 LITELLM_O = ("litellm.UnsupportedParamsError: O-series models don't support temperature=0.1. Only temperature=1 is "
              "supported. To drop unsupported openai params from the call, set `litellm.drop_params = True`")
 
@@ -328,8 +343,10 @@ def test_temperature_rule_learns_from_litellm_and_422(reply, dropped):
         (["model=gemini-3.1", "decoding.reasoning_effort=minimal"], "decoding.reasoning_effort", "low, medium, high"),
         (["model=gemini-3.1", "decoding.reasoning_effort=none"], "decoding.reasoning_effort", "low, medium, high"),
         (["model=gemini-3.1", "decoding.reasoning_effort=xhigh"], "decoding.reasoning_effort", "low, medium, high"),
-        (["model=gpt-5.1", "decoding.reasoning_effort=minimal"], "decoding.reasoning_effort", "none, low, medium, high"),
-        (["model=gpt-5.1", "decoding.reasoning_effort=xhigh"], "decoding.reasoning_effort", "none, low, medium, high"),
+        (["model=gpt-5.1", "decoding.reasoning_effort=minimal"], "decoding.reasoning_effort",
+         "none, low, medium, high"),
+        (["model=gpt-5.1", "decoding.reasoning_effort=xhigh"], "decoding.reasoning_effort",
+         "none, low, medium, high"),
         (["model=gpt-5.5", "decoding.reasoning_effort=minimal"], "decoding.reasoning_effort",
          "none, low, medium, high, xhigh"),
         (["model=claude-opus-4.8", "model.reasoning_format=anthropic-budget"], "model.reasoning_format",
@@ -414,7 +431,8 @@ def test_deepseek_thinking_mode_records_temperature_ignored(fmt, level, recorded
 
 @pytest.mark.parametrize(("model", "fmt"), [("deepseek-v4", "deepseek"), ("deepseek-v3.2", "deepseek"),
                                            ("qwen3.5-plus", "qwen"), ("qwen3.6-plus", "qwen"), ("qwen3.7-max", "qwen"),
-                                           ("qwen3.7-plus", "qwen"), ("glm-5.2", "thinking"), ("minimax-m2.7", "minimax")])
+                                           ("qwen3.7-plus", "qwen"), ("glm-5.2", "thinking"),
+                                           ("minimax-m2.7", "minimax")])
 def test_vendors_with_their_own_controls_name_them(model, fmt):
     assert to_settings(compose_config([f"model={model}"])).model.reasoning_format == fmt
 
@@ -482,7 +500,5 @@ def test_dialect_readers_take_any_body(payload):
     assert p.failure_status(payload) is None  # nothing there says the 2xx was an error
     assert isinstance(p.error_message(payload), str)
     assert is_quota(500, payload) is False and classify(500, {}, payload) == "retry"
-    try:
+    with contextlib.suppress(ValueError):  # an unreadable body is one error type, never another
         p.parse_response(payload)
-    except ValueError:
-        pass  # an unreadable body is one error type, never another

@@ -54,7 +54,7 @@ def _sweep(value: str) -> list[str]:
 def _variants(overrides: list[str]) -> list[list[str]]:
     """The overrides with every sweep at its first choice, then each other choice of each sweep."""
     split = [(o.split("=", 1)[0], _sweep(o.split("=", 1)[1])) if "=" in o else (o, [None]) for o in overrides]
-    first = [o if v[0] is None else f"{k}={v[0]}" for o, (k, v) in zip(overrides, split)]
+    first = [o if v[0] is None else f"{k}={v[0]}" for o, (k, v) in zip(overrides, split, strict=True)]
     out = [first]
     for i, (k, values) in enumerate(split):
         for v in values[1:]:

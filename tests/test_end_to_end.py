@@ -74,8 +74,9 @@ def scripted_run(tmp_path_factory):
     tasks_path, corpus = write_release(tmp, [make_task(m, question(m), f) for m, f in TASKS], DOCS)
     with LoopbackServer(responder) as server:
         cfg = settings(tmp, [
-            "model=custom", "model.route=test-model", f"model.base_url={server.url}/v1", f"model.api_key_env={TEST_KEY_ENV}",
-            f"model.caps.en={EN_CAP}", f"model.caps.cjk={CJK_CAP}", f"dataset.tasks={tasks_path}", f"dataset.corpus={corpus}",
+            "model=custom", "model.route=test-model", f"model.base_url={server.url}/v1",
+            f"model.api_key_env={TEST_KEY_ENV}", f"model.caps.en={EN_CAP}", f"model.caps.cjk={CJK_CAP}",
+            f"dataset.tasks={tasks_path}", f"dataset.corpus={corpus}",
             "retry.backoff_base_s=0.001", "retry.backoff_max_s=0.005",
         ], judges={r.replace("-", "_"): openai_judge(server.url, r) for r in DEFAULT_TOTALS})
         result = run(cfg)
@@ -157,7 +158,8 @@ def test_exact_bytes_of_a_judge_request(scripted_run):
     calls = [c for c in judge_calls(scripted_run["server"], "t-ok") if c.route == "judge-b"]
     rubric = [RubricItem(60, "names the cause"), RubricItem(40, "gives the time")]
     answer = "The seal was worn; it failed at 03:14. [t-ok]"
-    expected = {"model": "judge-b", "messages": [{"role": "user", "content": judge_prompt(question("t-ok"), rubric, answer)}],
+    expected = {"model": "judge-b",
+                "messages": [{"role": "user", "content": judge_prompt(question("t-ok"), rubric, answer)}],
                 "max_tokens": 16384, "temperature": 0.1, "stream": True, "stream_options": {"include_usage": True}}
     assert [c.raw for c in calls] == [encode_body(expected)]
 
@@ -176,7 +178,7 @@ def test_odd_judge_replies(scripted_run):
     assert judges["judge_c"]["score"] == 1.0 and judges["judge_c"]["total"] == 120.0
     assert task["score"] == pytest.approx(0.6)  # (0.2 + 1.0) / 2: the unavailable judge is not a 0
     judgments = json.loads((scripted_run["result"].out_dir / "judgments.json").read_text())
-    raw_b = [j for j in judgments if j["question_id"] == "t-oddjudge" and j["judge"] == "judge_b"][0]
+    raw_b = next(j for j in judgments if j["question_id"] == "t-oddjudge" and j["judge"] == "judge_b")
     assert raw_b["reply"] == "P1 is present, P2 is not. I award sixty points."
 
 

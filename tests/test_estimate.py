@@ -181,4 +181,4 @@ def test_the_command_prints_a_table_writes_estimate_json_and_sends_nothing(tmp_p
     assert data["endpoints"]["model"]["calls"] == 3
     assert data["endpoints"]["qwen"]["usd_min"] is None and data["total"]["usd_min"] is None
     assert data["endpoints"]["gemini_flash"]["usd_max"] > data["endpoints"]["gemini_flash"]["usd_min"] > 0
-    assert CHARS_PER_TOKEN == json.loads(json.dumps(data["assumptions"]["chars_per_token"]))
+    assert json.loads(json.dumps(data["assumptions"]["chars_per_token"])) == CHARS_PER_TOKEN

@@ -49,8 +49,10 @@ def test_bare_nan_in_a_body_is_nulled_recorded_and_the_rerun_reads_it_from_the_c
 
     def responder(call: Call) -> Reply:
         if stream:
-            return Reply(200, chunks=[b'data: {"choices":[{"delta":{"content":"Worn seal."},"finish_reason":"stop"}]}\n\n',
-                                      b'data: {"choices":[],"usage":{"prompt_tokens":NaN,"completion_tokens":1e999}}\n\n',
+            return Reply(200, chunks=[b'data: {"choices":[{"delta":{"content":"Worn seal."},'
+                                      b'"finish_reason":"stop"}]}\n\n',
+                                      b'data: {"choices":[],'
+                                      b'"usage":{"prompt_tokens":NaN,"completion_tokens":1e999}}\n\n',
                                       b"data: [DONE]\n\n"], content_type="text/event-stream")
         return Reply(200, body)
 
@@ -141,7 +143,8 @@ def tiny_disk(tmp_path):
     subprocess.run(["umount", "-l", str(mount)], capture_output=True)
 
 
-def test_a_disk_that_fills_up_stops_new_requests_names_the_path_and_keeps_what_was_stored(tmp_path, test_key, tiny_disk):
+def test_a_disk_that_fills_up_stops_new_requests_names_the_path_and_keeps_what_was_stored(
+        tmp_path, test_key, tiny_disk):
     answer = "Worn seal. " * 20_000  # ~220 kB a cached outcome: the 1 MiB disk holds four
 
     def responder(call: Call) -> Reply:
@@ -228,7 +231,8 @@ def test_two_processes_on_one_cache_pay_each_call_once(tmp_path, test_key):
 
     release = release_of(tmp_path, 6)
     with LoopbackServer(responder) as server:
-        procs = [_start_run(tmp_path, server, release, "stage=answer", "model.max_concurrency=3", "mlflow.enabled=false")
+        procs = [_start_run(tmp_path, server, release, "stage=answer", "model.max_concurrency=3",
+                            "mlflow.enabled=false")
                  for _ in range(2)]
         outs = [p.communicate(timeout=120) for p in procs]
         assert [p.returncode for p in procs] == [0, 0], outs

@@ -13,7 +13,7 @@ import json
 import random
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -188,7 +188,7 @@ def test_backoff_delays_without_retry_after(sleeps):
     rng = random.Random(123)
     ceilings = [1.0, 2.0, 4.0, 5.0, 5.0]
     assert sleeps == pytest.approx([c * (0.5 + 0.5 * rng.random()) for c in ceilings])
-    for delay, ceiling in zip(sleeps, ceilings):
+    for delay, ceiling in zip(sleeps, ceilings, strict=True):
         assert 0.5 * ceiling <= delay <= ceiling
 
 
@@ -271,8 +271,9 @@ def test_400_context_length_has_its_own_reason():
 @pytest.mark.parametrize(
     ("provider", "status", "body"),
     [
-        ("anthropic", 400, {"type": "error", "error": {"type": "invalid_request_error",
-                                                        "message": "prompt is too long: 250000 tokens > 200000 maximum"}}),
+        ("anthropic", 400, {"type": "error",
+                            "error": {"type": "invalid_request_error",
+                                      "message": "prompt is too long: 250000 tokens > 200000 maximum"}}),
         ("gemini", 400, {"error": {"code": 400, "status": "INVALID_ARGUMENT",
                                    "message": "The input token count (2000000) exceeds the maximum number of tokens "
                                               "allowed (1048576)."}}),
@@ -290,7 +291,7 @@ def test_plain_400_is_not_context_length():
 
 
 def test_transient_status_table():
-    assert TRANSIENT_STATUS == frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
+    assert frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529}) == TRANSIENT_STATUS
 
 
 @pytest.mark.parametrize("status", [408, 409, 425, 429, 500, 502, 503, 504, 529])
@@ -498,7 +499,7 @@ def test_concurrency_bound_is_respected_and_reached():
 # --------------------------------------------------------------------------------------
 
 HTTP_DATE = "Wed, 21 Oct 2015 07:28:00 GMT"
-HTTP_DATE_TS = datetime(2015, 10, 21, 7, 28, 0, tzinfo=timezone.utc).timestamp()
+HTTP_DATE_TS = datetime(2015, 10, 21, 7, 28, 0, tzinfo=UTC).timestamp()
 
 
 @pytest.mark.parametrize(
@@ -558,7 +559,7 @@ def test_parse_retry_after_non_finite_is_garbage(value):
 
 def test_parse_retry_after_http_date_uses_the_clock_by_default():
     future = time.time() + 100
-    value = datetime.fromtimestamp(future, tz=timezone.utc).strftime("%a, %d %b %Y %H:%M:%S GMT")
+    value = datetime.fromtimestamp(future, tz=UTC).strftime("%a, %d %b %Y %H:%M:%S GMT")
     got = parse_retry_after(value)
     assert 95 <= got <= 100
 
@@ -862,7 +863,8 @@ def test_is_storable_table(reason, ok, storable):
 def test_proxy_from_environment(monkeypatch, env, url, expected):
     from wildtrace.runtime.http import proxy_for
 
-    for name in ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "all_proxy", "ALL_PROXY"):
+    for name in ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
+                 "all_proxy", "ALL_PROXY"):
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)

@@ -133,7 +133,7 @@ def test_find_conf_dir_prefers_the_packaged_tree(tmp_path: Path, layout: str, ex
 
 def test_find_conf_dir_names_both_places_when_missing(tmp_path: Path) -> None:
     """No tree anywhere: a clear error, not Hydra's 'primary config not found' later."""
-    with pytest.raises(FileNotFoundError, match="conf/config.yaml"):
+    with pytest.raises(FileNotFoundError, match=r"conf/config\.yaml"):
         find_conf_dir(tmp_path / "pkg")
 
 

@@ -71,7 +71,7 @@ def download(a, path: str) -> Path:
 
 def table(a, path: str) -> list[dict]:
     data = json.loads(download(a, path).read_text())
-    return [dict(zip(data["columns"], row)) for row in data["data"]]
+    return [dict(zip(data["columns"], row, strict=True)) for row in data["data"]]
 
 
 def test_one_run_with_the_headline(audited):
@@ -190,6 +190,6 @@ def test_trace_spans_carry_the_calls_real_times(audited):
     traces = client.search_traces(locations=[audited["experiment"].experiment_id], run_id=mlrun.info.run_id)
     trace = {t.info.tags["question_id"]: t for t in traces}["ok1"]
     row = {r["question_id"]: r for r in audited["responses"]}["ok1"]
-    answer = [s for s in trace.data.spans if s.name == "answer"][0]
+    answer = next(s for s in trace.data.spans if s.name == "answer")
     assert answer.start_time_ns == int(row["started_at"] * 1e9)
     assert (answer.end_time_ns - answer.start_time_ns) / 1e9 == pytest.approx(row["latency_s"], abs=1e-3)

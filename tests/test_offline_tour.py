@@ -144,7 +144,8 @@ def test_seed_is_pinned_and_moves_with_replicate_and_request():
 
     body = {"model": "lexical-judge-strict", "messages": [{"role": "user", "content": "x"}], "temperature": 0.1}
     assert seed_of(body, 0) == seed_of(dict(reversed(list(body.items()))), 0)  # key order does not matter
-    assert seed_of(body, 0) == PINNED_SEED  # changing it changes every sampled offline reply: fresh runs would disagree with cached ones
+    # Changing it changes every sampled offline reply: fresh runs would disagree with cached ones.
+    assert seed_of(body, 0) == PINNED_SEED
     assert len({seed_of(body, 0), seed_of(body, 1), seed_of({**body, "temperature": 0.2}, 0)}) == 3
 
 

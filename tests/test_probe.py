@@ -164,16 +164,16 @@ def test_a_persistent_transient_error_stops_the_probe(tmp_path, test_key, status
     def broken_above(call: Call) -> Reply:  # fine when small, a lasting error when large
         return error(status, message) if len(document_of(call)) > 100_000 else windowed(call)
 
-    with LoopbackServer(broken_above) as server:
-        with pytest.raises(P.ProbeError, match=r"retries_exhausted.*not a context-length error"):
-            P.probe(probe_settings(tmp_path, server.url, "retry.max_retries=2"))
+    with (LoopbackServer(broken_above) as server,
+          pytest.raises(P.ProbeError, match=r"retries_exhausted.*not a context-length error")):
+        P.probe(probe_settings(tmp_path, server.url, "retry.max_retries=2"))
     assert not (tmp_path / "probed.yaml").exists()
 
 
 def test_other_client_errors_stop_the_probe(tmp_path, test_key):
-    with LoopbackServer(lambda call: error(401, "Incorrect API key provided")) as server:
-        with pytest.raises(P.ProbeError, match="http_error.*401"):
-            P.probe(probe_settings(tmp_path, server.url))
+    with (LoopbackServer(lambda call: error(401, "Incorrect API key provided")) as server,
+          pytest.raises(P.ProbeError, match=r"http_error.*401")):
+        P.probe(probe_settings(tmp_path, server.url))
     assert len(server.calls) == 1  # not retried, not the limit
 
 
@@ -203,7 +203,7 @@ def test_probe_config_composes_over_every_model_and_rejects_typos():
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         cfg = compose(config_name="probe", overrides=["model=gpt-4.1", "probe.margin=0.1"])
         assert (cfg.model.name, cfg.probe.margin, cfg.probe["yes"]) == ("gpt-4.1", 0.1, False)
-        with pytest.raises(Exception, match="probe.marginn"):
+        with pytest.raises(Exception, match=r"probe\.marginn"):
             compose(config_name="probe", overrides=["probe.marginn=0.1"])
 
 
@@ -229,8 +229,9 @@ def test_the_command_line_asks_then_writes(tmp_path, test_key):
 WIRE = {
     "anthropic": (Reply(200, {"type": "message", "role": "assistant", "content": [{"type": "text", "text": "42"}],
                               "stop_reason": "end_turn", "usage": {"input_tokens": 9, "output_tokens": 1}}),
-                  Reply(400, {"type": "error", "error": {"type": "invalid_request_error",
-                                                         "message": "prompt is too long: 208656 tokens > 200000 maximum"}})),
+                  Reply(400, {"type": "error",
+                              "error": {"type": "invalid_request_error",
+                                        "message": "prompt is too long: 208656 tokens > 200000 maximum"}})),
     "gemini": (Reply(200, {"candidates": [{"content": {"parts": [{"text": "42"}], "role": "model"},
                                            "finishReason": "STOP"}]}),
                Reply(400, {"error": {"code": 400, "status": "INVALID_ARGUMENT",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from dataclasses import FrozenInstanceError, replace
 
 import pytest
 
@@ -648,6 +648,6 @@ def test_offline_answer_prompt_with_braces_and_cjk():
 
 def test_spec_is_frozen():
     s = spec("openai")
-    with pytest.raises(Exception):
+    with pytest.raises(FrozenInstanceError):
         s.route = "other"  # type: ignore[misc]
     assert replace(s, route="other").route == "other"

@@ -8,7 +8,7 @@ import math
 import random
 import threading
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
@@ -18,11 +18,11 @@ from loopback import Call, LoopbackServer, Reply, chat
 from wildtrace.runtime.ratelimit import AdaptiveLimit, Window, estimate_tokens, parse_go_duration, read_budget
 from wildtrace.runtime.retry import OK, RETRY, RetryPolicy, classify, retry_hint
 
-WALL = datetime(2026, 12, 1, 12, 0, 0, tzinfo=timezone.utc).timestamp()
+WALL = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC).timestamp()
 
 
 def rfc3339(seconds_from_wall: float) -> str:
-    return (datetime.fromtimestamp(WALL, tz=timezone.utc) + timedelta(seconds=seconds_from_wall)).isoformat().replace(
+    return (datetime.fromtimestamp(WALL, tz=UTC) + timedelta(seconds=seconds_from_wall)).isoformat().replace(
         "+00:00", "Z")
 
 
@@ -211,7 +211,7 @@ def test_a_request_larger_than_the_whole_budget_goes_alone_after_the_reset():
 
 
 def test_anthropic_rfc3339_resets():
-    limit, clock = limiter(8)
+    limit, _clock = limiter(8)
     limit.release(200, {"anthropic-ratelimit-input-tokens-limit": "10000",
                         "anthropic-ratelimit-input-tokens-remaining": "3000",
                         "anthropic-ratelimit-input-tokens-reset": rfc3339(20)})
@@ -304,7 +304,7 @@ class WindowBudget:
             return {"x-ratelimit-limit-tokens": str(self.tokens), "x-ratelimit-remaining-tokens": str(remaining),
                     "x-ratelimit-reset-tokens": f"{max(1, math.ceil(reset_s * 1000))}ms"}
         if self.dialect == "anthropic":
-            reset_at = datetime.now(timezone.utc) + timedelta(seconds=reset_s)
+            reset_at = datetime.now(UTC) + timedelta(seconds=reset_s)
             return {"anthropic-ratelimit-input-tokens-limit": str(self.tokens),
                     "anthropic-ratelimit-input-tokens-remaining": str(remaining),
                     "anthropic-ratelimit-input-tokens-reset": reset_at.isoformat().replace("+00:00", "Z")}

@@ -130,7 +130,7 @@ def test_switching_stream_pays_nothing_twice(tmp_path, release):
         overrides = model_overrides(server, release, "stage=answer")
         first = run(settings(tmp_path, overrides))
         sent = len(server.calls)
-        second = run(settings(tmp_path, overrides + ["model.stream=false"]))
+        second = run(settings(tmp_path, [*overrides, "model.stream=false"]))
     assert sent == 3 and len(server.calls) == 3
     assert [r["response"] for r in json.loads((second.out_dir / "responses.json").read_text())] == ["Worn seal."] * 3
     assert first.stats["requests"]["model"] == 3 and second.stats["cache_hits"] == 3
@@ -237,8 +237,9 @@ def test_a_401_that_echoes_the_key_leaves_no_trace_of_it(tmp_path, release, test
 
 def test_a_quota_429_is_one_request_then_every_call_fails_at_once(tmp_path, release):
     def responder(call: Call) -> Reply:
-        return Reply(429, {"error": {"message": "You exceeded your current quota, please check your plan and billing "
-                                                "details.", "type": "insufficient_quota", "code": "insufficient_quota"}})
+        return Reply(429, {"error": {"message": "You exceeded your current quota, please check your plan and "
+                                                "billing details.",
+                                     "type": "insufficient_quota", "code": "insufficient_quota"}})
 
     with LoopbackServer(responder) as server:
         cfg = settings(tmp_path, model_overrides(server, release, "stage=answer", "model.max_concurrency=1"))
@@ -256,7 +257,8 @@ def test_after_a_quota_top_up_the_rerun_sends_only_what_is_missing(tmp_path, rel
 
     def responder(call: Call) -> Reply:
         if state["quota"] and "[q1]" in call.prompt:
-            return Reply(429, {"error": {"message": "quota", "type": "insufficient_quota", "code": "insufficient_quota"}})
+            return Reply(429, {"error": {"message": "quota", "type": "insufficient_quota",
+                                         "code": "insufficient_quota"}})
         return chat_stream("Worn seal.")
 
     with LoopbackServer(responder) as server:
@@ -351,7 +353,8 @@ def test_preflight_prints_a_table_and_exits_by_result(tmp_path, test_key):
     with LoopbackServer(responder) as server:
         base = ["model=custom", "model.route=test-model", f"model.base_url={server.url}/v1",
                 f"model.api_key_env={TEST_KEY_ENV}", "judge_panel=paper_only_qwen",
-                f"judge_panel.judges.qwen.base_url={server.url}/v1", f"judge_panel.judges.qwen.api_key_env={TEST_KEY_ENV}"]
+                f"judge_panel.judges.qwen.base_url={server.url}/v1",
+                f"judge_panel.judges.qwen.api_key_env={TEST_KEY_ENV}"]
         good = _app(["wildtrace.check", f"root={tmp_path}", *base], {}, tmp_path)
         bad = _app(["wildtrace.check", f"root={tmp_path}", *base, "judge_panel.judges.qwen.route=broken-judge"], {},
                    tmp_path)

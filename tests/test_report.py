@@ -21,8 +21,9 @@ from wildtrace.report.stats import Bootstrap
 from wildtrace.report.tables import build
 
 QIDS = [f"q{i}" for i in range(1, 9)]
-PARADIGM = dict(zip(QIDS, ["causal", "causal", "temporal", "temporal", "causal", "temporal", "causal", "temporal"]))
-TIER = dict(zip(QIDS, ["T1", "T1", "T1", "T1", "T2", "T2", "T2", "T2"]))
+PARADIGM = dict(zip(QIDS, ["causal", "causal", "temporal", "temporal", "causal", "temporal", "causal", "temporal"],
+                    strict=True))
+TIER = dict(zip(QIDS, ["T1", "T1", "T1", "T1", "T2", "T2", "T2", "T2"], strict=True))
 PANEL = {"a": "judge-a", "b": "judge-b", "c": "judge-c"}
 
 
@@ -112,8 +113,10 @@ def test_leaderboard_equals_the_runs_own_numbers(runs_root):
     assert len(board) == 4  # alpha (2 replicates), alpha ablation, alpha t=0.7, beta
     pair = row(board, "alpha · panel=trio · t=0.1")
     assert pair["n_runs"] == 2
-    assert pair["overall"] == pytest.approx((own(runs_root / "a-rep0")["overall"] + own(runs_root / "a-rep1")["overall"]) / 2)
-    assert pair["scored"] == pytest.approx((own(runs_root / "a-rep0")["scored"] + own(runs_root / "a-rep1")["scored"]) / 2)
+    assert pair["overall"] == pytest.approx(
+        (own(runs_root / "a-rep0")["overall"] + own(runs_root / "a-rep1")["overall"]) / 2)
+    assert pair["scored"] == pytest.approx(
+        (own(runs_root / "a-rep0")["scored"] + own(runs_root / "a-rep1")["scored"]) / 2)
     beta = row(board, "beta")
     assert beta["overall"] == pytest.approx(own(runs_root / "b")["overall"])
     assert beta["scored"] == pytest.approx(own(runs_root / "b")["scored"])
@@ -155,7 +158,8 @@ def test_replicates_known_spread(tmp_path):
     report = report_of(tmp_path)
     summary = report.replicates.iloc[0]
     assert summary["replicate"] == "judge_panel"
-    assert (summary["n_runs"], summary["overall_mean"], summary["overall_sd"]) == (3, pytest.approx(50), pytest.approx(10))
+    assert (summary["n_runs"], summary["overall_mean"], summary["overall_sd"]) == (
+        3, pytest.approx(50), pytest.approx(10))
     assert (summary["overall_min"], summary["overall_max"], summary["overall_range"]) == pytest.approx((40, 60, 20))
     assert summary["task_sd_mean"] == pytest.approx(0.1)
     assert summary["task_range_max"] == pytest.approx(0.2)
@@ -185,7 +189,7 @@ def test_matched_panel_uses_tasks_every_row_scored(runs_root):
     assert set(matched["n"]) == {6}  # beta did not score q7 (out of context) and q8 (failed)
     beta_tasks = {r["question_id"]: r["score"] for r in own(runs_root / "b")["tasks"]}
     expected = 100 * np.mean([beta_tasks[q] for q in QIDS[:6]])
-    assert matched.loc[[m for m in matched.index if "beta" in m][0], "matched"] == pytest.approx(expected)
+    assert matched.loc[next(m for m in matched.index if "beta" in m), "matched"] == pytest.approx(expected)
 
 
 def test_paradigm_and_tier_views(runs_root):
@@ -240,7 +244,8 @@ def test_runs_without_scores_are_skipped(runs_root):
     scores["tasks"][3]["judges"] = ["not", "a", "mapping"]
     (bad_rows / "scores.json").write_text(json.dumps(scores))
     bad_score = write_run(runs_root, "bad-score", "epsilon", {"a": A1["a"]})
-    (bad_score / "scores.json").write_text((bad_score / "scores.json").read_text().replace('"score": 0.2', '"score": "0.2"'))
+    (bad_score / "scores.json").write_text(
+        (bad_score / "scores.json").read_text().replace('"score": 0.2', '"score": "0.2"'))
     bad_config = write_run(runs_root, "bad-config", "delta", {"a": A1["a"]})
     (bad_config / "config.json").write_text(json.dumps({"model": "x"}))
     assert len(sources.from_run_dirs([str(runs_root / "*")])) == 5

@@ -72,7 +72,8 @@ def test_report_from_mlflow_has_the_runs_numbers(store):
     assert len(board) == 3  # default (its rerun counted once), panel (two replicates), panel at t=0.7
     default = board[board["panel"] == "offline"].iloc[0]
     assert default["overall"] == pytest.approx(28.25) and default["n_runs"] == 1
-    panel = bench[(bench["params.judge_panel.name"] == "offline_panel") & (bench["params.decoding.temperature"] == "0.1")]
+    panel = bench[(bench["params.judge_panel.name"] == "offline_panel")
+                  & (bench["params.decoding.temperature"] == "0.1")]
     row = board[board["model"].str.contains("t=0.1") & (board["panel"] == "offline_panel")].iloc[0]
     assert row["n_runs"] == 2 and row["overall"] == pytest.approx(panel["metrics.overall"].mean())
     hot = bench[bench["params.decoding.temperature"] == "0.7"]["metrics.overall"].iloc[0]

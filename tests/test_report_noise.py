@@ -58,7 +58,8 @@ def write_run(root: Path, name: str, model: str, scores: dict[str, list[float]],
     answers = answers or [f"answer {i} of {model} set {rep_d}" for i in range(n)]
     rows = []
     for i, qid in enumerate(qids):
-        judges = {k: {"status": "scored", "total": 100 * v[i], "score": v[i], "reason": None} for k, v in scores.items()}
+        judges = {k: {"status": "scored", "total": 100 * v[i], "score": v[i], "reason": None}
+                  for k, v in scores.items()}
         rows.append({"question_id": qid, "status": "scored", "score": float(np.mean([v[i] for v in scores.values()])),
                      "judges": judges, "paradigm": "causal", "context_tier": "T1"})
     rubric = [RubricItem(25, f"criterion {k + 1} of task") for k in range(ITEMS)]
@@ -71,7 +72,8 @@ def write_run(root: Path, name: str, model: str, scores: dict[str, list[float]],
              "dataset": {"tasks_sha256": "f" * 64, "release_version": "synthetic-1"}}
     files = {"config.json": _config(model, list(scores), rep_d, rep_j, out, **config), "run_stats.json": stats,
              "scores.json": {"tasks": rows},
-             "responses.json": [{"question_id": q, "status": "answered", "response": a} for q, a in zip(qids, answers)]}
+             "responses.json": [{"question_id": q, "status": "answered", "response": a}
+                                for q, a in zip(qids, answers, strict=False)]}
     if points:
         files["judgments.json"] = judgments
     for file, data in files.items():
@@ -163,7 +165,8 @@ def test_page_and_files_show_intra_rater_with_its_reading(flipping_judge, tmp_pa
 
 
 @pytest.mark.parametrize("alpha,reading", [(0.8, "reliable (≥ 0.8)"), (0.95, "reliable (≥ 0.8)"),
-                                           (0.667, "tentative (≥ 0.667, < 0.8)"), (0.7999, "tentative (≥ 0.667, < 0.8)"),
+                                           (0.667, "tentative (≥ 0.667, < 0.8)"),
+                                           (0.7999, "tentative (≥ 0.667, < 0.8)"),
                                            (0.6669, "unreliable (< 0.667)"), (-0.2, "unreliable (< 0.667)"),
                                            (None, "undefined (no variation to agree on)")])
 def test_alpha_reading_at_krippendorffs_thresholds(alpha, reading):
@@ -193,7 +196,7 @@ def known_noise(root: Path, n_answers: int, n_judges: int, seed: int = 5) -> np.
         answer = mu + rng.normal(0, SD_A, T)
         for j in range(n_judges):
             score = answer + rng.normal(0, SD_J, T)
-            assert 0 < score.min() and score.max() < 1  # no clipping: the variances stay as drawn
+            assert score.min() > 0 and score.max() < 1  # no clipping: the variances stay as drawn
             write_run(root, f"d{d}j{j}", "alpha", {"a": list(score)}, rep_d=d, rep_j=j)
     return mu
 

@@ -16,7 +16,7 @@ from wildtrace.report.stats import Bootstrap
 def alpha_interval_by_hand(data: list[list[float | None]]) -> float:
     """Krippendorff's alpha, interval metric, from its definition: pairable values within units
     (coincidences weighted 1/(m_u − 1)) against all pairs of pairable values."""
-    units = [[v for v in col if v is not None] for col in zip(*data)]
+    units = [[v for v in col if v is not None] for col in zip(*data, strict=True)]
     units = [u for u in units if len(u) >= 2]
     n = sum(len(u) for u in units)
     d_o = sum(sum((a - b) ** 2 for a, b in itertools.permutations(u, 2)) / (len(u) - 1) for u in units) / n
@@ -70,7 +70,7 @@ def test_correlations_and_mad_against_scipy():
     b[3] = b[5]  # a tie for the rank correlation
     assert stats.pearson(a, b) == pytest.approx(sps.pearsonr(a, b).statistic, abs=1e-12)
     assert stats.spearman(a, b) == pytest.approx(sps.spearmanr(a, b).statistic, abs=1e-12)
-    assert stats.mean_abs_diff(a, b) == pytest.approx(sum(abs(x - y) for x, y in zip(a, b)) / 40)
+    assert stats.mean_abs_diff(a, b) == pytest.approx(sum(abs(x - y) for x, y in zip(a, b, strict=True)) / 40)
 
 
 @pytest.mark.parametrize("a,b", [([0.5], [0.2]), ([0.1, 0.1, 0.1], [0.2, 0.3, 0.4]), ([], [])])

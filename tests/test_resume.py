@@ -68,7 +68,8 @@ def without_latency(rows: list[dict]) -> list[dict]:
 
 
 def test_killed_run_resumes_without_paying_twice(tmp_path):
-    tasks, corpus = write_release(tmp_path, [make_task(f"q{i}", f"What failed? [q{i}]", "doc.txt") for i in range(N_TASKS)],
+    tasks, corpus = write_release(tmp_path,
+                                  [make_task(f"q{i}", f"What failed? [q{i}]", "doc.txt") for i in range(N_TASKS)],
                                   {"doc.txt": "The seal was worn. The pump failed at 03:14. " * 30})
     env = {**os.environ, TEST_KEY_ENV: "sk-test-resume"}
     cache = tmp_path / "cache"

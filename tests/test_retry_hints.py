@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -11,7 +11,7 @@ from wildtrace.runtime.retry import (
     FAIL, OK, QUOTA, RETRY, RetryPolicy, classify, error_text, parse_duration, retry_hint, temperature_rejected,
 )
 
-NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=timezone.utc).timestamp()
+NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC).timestamp()
 IN_30_S = "Tue, 01 Dec 2026 12:00:30 GMT"
 
 
@@ -79,7 +79,7 @@ def test_retry_hint(headers, payload, expected):
 
 def test_retry_hint_tolerates_broken_header_mappings():
     class Broken(dict):
-        def items(self):  # noqa: D102
+        def items(self):
             raise RuntimeError("boom")
 
     assert retry_hint(Broken(), None) is None

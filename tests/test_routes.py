@@ -458,7 +458,8 @@ def test_check_without_a_model_list_still_passes_and_flags_a_rerouted_judge(tmp_
 
     with LoopbackServer(responder) as server:
         common = ["stage=judge", "responses=r.json", "judge_panel=paper_only_qwen",
-                  f"judge_panel.judges.qwen.base_url={server.url}/v1", f"judge_panel.judges.qwen.api_key_env={TEST_KEY_ENV}"]
+                  f"judge_panel.judges.qwen.base_url={server.url}/v1",
+                  f"judge_panel.judges.qwen.api_key_env={TEST_KEY_ENV}"]
         failed = _check(tmp_path, *common, env={TEST_KEY_ENV: test_key})
         warned = _check(tmp_path, *common, "judge_panel.judges.qwen.served_model.on_mismatch=warn",
                         env={TEST_KEY_ENV: test_key})

@@ -56,13 +56,15 @@ def test_full_shape_spreads_like_the_release() -> None:
     shape = synthetic.ReleaseShape()
     tokens, langs = synthetic.token_estimates(shape), synthetic.languages(shape)
     assert (len(tokens), min(tokens), max(tokens)) == (214, 19_000, 2_550_000)
-    total = sum(t * synthetic.CHARS_PER_TOKEN[g] * synthetic.BYTES_PER_CHAR[g] for t, g in zip(tokens, langs))
+    total = sum(t * synthetic.CHARS_PER_TOKEN[g] * synthetic.BYTES_PER_CHAR[g]
+                for t, g in zip(tokens, langs, strict=True))
     assert total == pytest.approx(230e6, rel=0.01)
     assert langs.count("zh") == 64
     over = [round(t * synthetic.CHARS_PER_TOKEN[g]) > (QWEN3_MAX.cjk if g == "zh" else QWEN3_MAX.en)
-            for t, g in zip(tokens, langs)]
+            for t, g in zip(tokens, langs, strict=True)]
     assert 0.40 <= sum(over) / len(over) <= 0.50
-    assert any(g == "zh" and o for g, o in zip(langs, over)) and any(g == "en" and not o for g, o in zip(langs, over))
+    assert any(g == "zh" and o for g, o in zip(langs, over, strict=True))
+    assert any(g == "en" and not o for g, o in zip(langs, over, strict=True))
 
 
 @pytest.mark.parametrize(("tokens", "tier"), [(7_999, "T1_under_8K"), (8_000, "T2_8K_32K"), (31_999, "T2_8K_32K"),
@@ -164,7 +166,8 @@ def test_sampler_counts_the_time_spent_inside_the_prefixes(tmp_path) -> None:
 # --- verdicts -------------------------------------------------------------------------------
 
 def _report(**values) -> dict:
-    base = {"ratios": {"wall_over_ideal": 1.0, "mlflow_share": 0.0, "peak_rss_mb": 100.0, "store_growth_over_corpus": 0.0},
+    base = {"ratios": {"wall_over_ideal": 1.0, "mlflow_share": 0.0, "peak_rss_mb": 100.0,
+                       "store_growth_over_corpus": 0.0},
             "rerun": {"requests": 0, "process_s": 1.0}}
     for key, value in values.items():
         section, name = key.split("__")

@@ -71,7 +71,8 @@ def test_answer_then_judge_stages(tmp_path, release):
 def test_judge_foreign_rows_with_missing_and_empty(tmp_path, release):
     tasks, corpus = release
     rows = tmp_path / "elsewhere.json"
-    rows.write_text(json.dumps([{"question_id": "q0", "answer": "The seal was worn."}, {"question_id": "q1", "answer": " "}]))
+    rows.write_text(json.dumps([{"question_id": "q0", "answer": "The seal was worn."},
+                                {"question_id": "q1", "answer": " "}]))
     with LoopbackServer(responder) as server:
         result = run(settings(tmp_path, [f"dataset.tasks={tasks}", f"dataset.corpus={corpus}", "stage=judge",
                                          f"responses={rows}"], judges={"a": openai_judge(server.url, "judge-a")}))
@@ -86,7 +87,8 @@ def test_judge_foreign_rows_with_missing_and_empty(tmp_path, release):
     [
         ([{"answer": "x"}], r"row #0: missing field 'question_id'"),
         ([{"question_id": "zzz", "answer": "x"}], r"row #0: question_id 'zzz' is not among"),
-        ([{"question_id": "q0", "answer": "x"}, {"question_id": "q0", "answer": "y"}], r"row #1: duplicate question_id"),
+        ([{"question_id": "q0", "answer": "x"}, {"question_id": "q0", "answer": "y"}],
+         r"row #1: duplicate question_id"),
         ([{"question_id": "q0", "status": "great"}], r"row #0: field 'status' must be one of"),
     ],
 )
@@ -95,7 +97,8 @@ def test_bad_responses_file(tmp_path, release, rows, message):
     path = tmp_path / "rows.json"
     path.write_text(json.dumps(rows))
     with pytest.raises(DatasetError, match=message):
-        run(settings(tmp_path, [f"dataset.tasks={tasks}", f"dataset.corpus={corpus}", "stage=judge", f"responses={path}"]))
+        run(settings(tmp_path, [f"dataset.tasks={tasks}", f"dataset.corpus={corpus}", "stage=judge",
+                                f"responses={path}"]))
 
 
 def test_replicates_pay_only_for_what_they_ask(tmp_path, release):
@@ -109,15 +112,17 @@ def test_replicates_pay_only_for_what_they_ask(tmp_path, release):
         assert len(server.calls) == 6
         run(settings(tmp_path, [*base, "judge_panel.replicate=1"], judges=judges))  # fresh judge calls only
         assert [c.route for c in server.calls[6:]] == ["judge-a"] * 3
-        run(settings(tmp_path, [*base, "decoding.replicate=1"], judges=judges))  # fresh answers (new text → new judging)
+        # fresh answers (new text → new judging)
+        run(settings(tmp_path, [*base, "decoding.replicate=1"], judges=judges))
         assert [c.route for c in server.calls[9:]].count("test-model") == 3
 
 
 def test_anthropic_model_and_gemini_judge(tmp_path, release):
     tasks, corpus = release
     with LoopbackServer(responder) as server:
-        cfg = settings(tmp_path, ["model=claude-opus-4.6", f"model.base_url={server.url}", f"model.api_key_env={TEST_KEY_ENV}",
-                                  f"dataset.tasks={tasks}", f"dataset.corpus={corpus}"],
+        cfg = settings(tmp_path, ["model=claude-opus-4.6", f"model.base_url={server.url}",
+                                  f"model.api_key_env={TEST_KEY_ENV}", f"dataset.tasks={tasks}",
+                                  f"dataset.corpus={corpus}"],
                        judges={"gem": {"name": "g", "provider": "gemini", "route": "gemini-2.5-flash",
                                        "base_url": server.url, "api_key_env": TEST_KEY_ENV}})
         result = run(cfg)

@@ -55,7 +55,8 @@ def wildtrace(root: Path, *overrides: str) -> list[str]:
 
 def alembic_leftovers(db: Path) -> list[str]:
     with sqlite3.connect(db) as conn:
-        return [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table' AND name LIKE '\\_alembic\\_tmp\\_%' ESCAPE '\\'")]
+        return [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table' "
+                                           "AND name LIKE '\\_alembic\\_tmp\\_%' ESCAPE '\\'")]
 
 
 def run_dir(stdout: str) -> Path:
@@ -93,7 +94,7 @@ def test_first_runs_started_together_on_a_fresh_store_are_all_logged(tmp_path):
     wait_for(lambda: all((tmp_path / f"ready{i}").exists() for i in range(n)), what="every process ready")
     go.touch()
     outs = [p.communicate(timeout=600) for p in procs]
-    for p, (out, err) in zip(procs, outs):
+    for p, (out, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, out + err
         assert HEADLINE_RUN.search(out), out + err
         assert "NOT logged" not in err, err

@@ -300,8 +300,9 @@ NO_DONE_STREAM = sse(chunk({"role": "assistant", "content": "Done."}, "stop"), t
 OPENAI_STREAMS = [
     pytest.param(OPENAI_STREAM, Completion("The fire began 在仓库 🔥.", "stop", Usage(1200, 340, 256),
                                            served_model="gpt-5.1-2025-11-13"), id="openai-usage-reasoning-tokens"),
-    pytest.param(DEEPSEEK_STREAM, Completion("签署人是林岚。", "stop", Usage(50, 20, 12), reasoning="先读报告，再找签名。",
-                                             served_model="deepseek-v4"), id="deepseek-reasoning-content"),
+    pytest.param(DEEPSEEK_STREAM, Completion("签署人是林岚。", "stop", Usage(50, 20, 12),
+                                             reasoning="先读报告，再找签名。", served_model="deepseek-v4"),
+                 id="deepseek-reasoning-content"),
     pytest.param(OPENROUTER_STREAM, Completion("Answer.", "stop", Usage(), reasoning="Check the log.",
                                                served_model="moonshotai/kimi-k2.6"), id="openrouter-reasoning"),
     pytest.param(MINIMAX_STREAM, Completion("It was the pump.", "stop", Usage(), reasoning="Hmm, the log.",
@@ -396,7 +397,8 @@ ANTHROPIC_STREAM = (
     b'"model":"claude-opus-4-6","stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":2048,'
     b'"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":1}}}\n\n'
     b'event: content_block_start\n'
-    b'data: {"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"","signature":""}}\n\n'
+    b'data: {"type":"content_block_start","index":0,'
+    b'"content_block":{"type":"thinking","thinking":"","signature":""}}\n\n'
     b'event: ping\n'
     b'data: {"type": "ping"}\n\n'
     b'event: content_block_delta\n'
@@ -659,7 +661,8 @@ ANTHROPIC_REASONING = [
     ("claude-sonnet-4-5", None, "xhigh", 32768, {"thinking": {"type": "enabled", "budget_tokens": 16384}}),
     ("claude-sonnet-4-5", None, "high", 8192, {"thinking": {"type": "enabled", "budget_tokens": 4096}}),
     ("claude-sonnet-4-5", None, "high", 1500, {"thinking": {"type": "enabled", "budget_tokens": 1024}}),
-    ("claude-opus-4-6", None, "medium", 32768, {"thinking": {"type": "adaptive"}, "output_config": {"effort": "medium"}}),
+    ("claude-opus-4-6", None, "medium", 32768,
+     {"thinking": {"type": "adaptive"}, "output_config": {"effort": "medium"}}),
     ("claude-opus-4.8", None, "minimal", 32768, {"thinking": {"type": "adaptive"}, "output_config": {"effort": "low"}}),
     # Opus 4.7+ has an xhigh effort of its own (between high and max); 4.6 tops out at max.
     ("claude-opus-4-7", None, "xhigh", 32768, {"thinking": {"type": "adaptive"}, "output_config": {"effort": "xhigh"}}),
@@ -864,7 +867,7 @@ class TrickleServer:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            def do_POST(self) -> None:  # http.server's naming
                 outer.bodies.append(json.loads(self.rfile.read(int(self.headers["content-length"]))))
                 self.send_response(200)
                 self.send_header("content-type", "text/event-stream")

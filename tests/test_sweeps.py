@@ -101,8 +101,8 @@ def test_many_tasks_lose_no_trace(tmp_path):
     n = 1100
     tasks, corpus = write_release(tmp_path, [make_task(f"t{i:04d}", f"What failed at step {i}?", "doc.txt")
                                              for i in range(n)], {"doc.txt": "The seal was worn at step one. " * 5})
-    result = tracked_run(settings(tmp_path, [f"dataset.tasks={tasks}", f"dataset.corpus={corpus}", "mlflow.enabled=true",
-                                     "mlflow.log_documents=false"]))
+    result = tracked_run(settings(tmp_path, [f"dataset.tasks={tasks}", f"dataset.corpus={corpus}",
+                                             "mlflow.enabled=true", "mlflow.log_documents=false"]))
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'outputs' / 'mlflow.db'}")
     (mlrun,) = client.search_runs([client.get_experiment_by_name("wildtrace").experiment_id])
     traces = client.search_traces(locations=[mlrun.info.experiment_id], run_id=mlrun.info.run_id, max_results=5000,
@@ -119,7 +119,7 @@ def test_a_failing_job_never_leaves_a_running_parent(tmp_path, limits, logged):
     proc = subprocess.run([sys.executable, "-m", "wildtrace", "-m", f"root={tmp_path / 'outputs'}", "progress=false",
                            f"dataset.limit={limits}"], env=env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "dataset.limit must be at least 1" in proc.stderr
-    client, parent, children = parent_and_children(f"sqlite:///{tmp_path / 'outputs' / 'mlflow.db'}")
+    _client, parent, children = parent_and_children(f"sqlite:///{tmp_path / 'outputs' / 'mlflow.db'}")
     assert parent.info.status == "FAILED"  # closed by the exit hook, not left RUNNING
     assert [c.data.params["dataset.limit"] for c in children] == logged
     assert all(c.info.status == "FINISHED" for c in children)
@@ -129,7 +129,7 @@ def test_a_failing_job_never_leaves_a_running_parent(tmp_path, limits, logged):
 
 def test_multirun_ends_with_a_summary_of_its_jobs(tmp_path):
     proc = sweep(tmp_path, "decoding.temperature=0.0,0.3")
-    client, parent, children = parent_and_children(f"sqlite:///{tmp_path / 'outputs' / 'mlflow.db'}")
+    _client, parent, children = parent_and_children(f"sqlite:///{tmp_path / 'outputs' / 'mlflow.db'}")
     summary = proc.stdout.split("multirun:")[1]
     assert " 2 jobs" in summary.splitlines()[0] and f"mlflow parent run: {parent.info.run_id}" in summary
     for child in children:

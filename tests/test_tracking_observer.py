@@ -108,7 +108,8 @@ def scripted_run(tmp: Path, name: str = "run", n: int = 4, cached: frozenset = f
                                          "tasks": score_rows})
     write_json(out_dir / "run_stats.json", {
         "harness_version": "0.1.0", "git_commit": "abc", "run_date": "2026-12-01T10:00:05+00:00", "stage": "all",
-        "dataset": {"name": "sample", "tasks": str(tasks), "tasks_sha256": hashlib.sha256(tasks.read_bytes()).hexdigest(),
+        "dataset": {"name": "sample", "tasks": str(tasks),
+                    "tasks_sha256": hashlib.sha256(tasks.read_bytes()).hexdigest(),
                     "n_tasks": n, "release_version": "v1.0", "freeze_id": "f1"},
         "wall_s": 1.0, "retries": 0, "cache_hits": len(cached), "requests": {"model": n - len(cached)},
         "overrides": [], "effective_max_tokens": 8192, "status": status,
@@ -197,7 +198,8 @@ def test_cached_spans_are_marked_and_timed_as_this_run(logged):
     assert (answer.end_time_ns - answer.start_time_ns) / 1e9 == pytest.approx(0.002, abs=1e-4)
     paid = next(s for s in traces["q0"].data.spans if s.name == "answer")
     assert paid.attributes["wildtrace.cached"] is False and "wildtrace.original_latency_s" not in paid.attributes
-    assert traces["q1"].info.tags["wildtrace.cached"] == "true" and traces["q0"].info.tags["wildtrace.cached"] == "false"
+    assert traces["q1"].info.tags["wildtrace.cached"] == "true"
+    assert traces["q0"].info.tags["wildtrace.cached"] == "false"
 
 
 def test_token_usage_is_read_by_mlflow_itself(logged):
@@ -211,8 +213,9 @@ def test_spans_are_typed_and_chat_shaped(logged):
     spans = {s.name: s for s in trace.data.spans}
     assert (spans["task q0"].span_type, spans["caps decision"].span_type) == ("CHAIN", "PARSER")
     assert spans["answer"].span_type == spans["judge offline"].span_type == "CHAT_MODEL"
-    assert spans["answer"].inputs == {"messages": [{"role": "user", "content": "Question q0\n<<document corpus/doc_b.txt"
-                                                                               " · sha256 …>>"}]}
+    assert spans["answer"].inputs == {"messages": [{"role": "user",
+                                                    "content": "Question q0\n<<document corpus/doc_b.txt"
+                                                               " · sha256 …>>"}]}
     message = spans["answer"].outputs["choices"][0]["message"]
     assert message == {"role": "assistant", "content": "The seal was worn (q0)."}
     assert spans["answer"].outputs["reasoning"] == "thinking about q0"  # apart from the answer
@@ -294,7 +297,7 @@ def test_documents_are_stored_once_across_runs(tmp_path):
         assert Path(f.path).name == name and f.file_size == len(DOCS[name].encode())
         assert "documents" not in {a.path for a in client.list_artifacts(ids[1])}
     table = json.loads(Path(client.download_artifacts(ids[1], "tables/tasks.json", str(tmp_path / "dl"))).read_text())
-    rows = [dict(zip(table["columns"], r)) for r in table["data"]]
+    rows = [dict(zip(table["columns"], r, strict=True)) for r in table["data"]]
     assert {r["document_uri"] for r in rows} == {f"runs:/{store}/documents/{sha}/{n}" for sha, n in shas.items()}
     # two runs started in the same second under the same settings still have different names
     assert len({client.get_run(i).info.run_name for i in ids}) == 2

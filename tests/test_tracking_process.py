@@ -48,7 +48,8 @@ def test_a_run_is_logged_from_the_child_and_the_child_exits(tmp_path):
         obs.task_done(done)
     assert obs.wait_started(60)
     # Logging waits for idle CPU: the child runs nicer than the run.
-    assert os.getpriority(os.PRIO_PROCESS, obs.process.pid) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + P.CHILD_NICENESS)
+    assert os.getpriority(os.PRIO_PROCESS, obs.process.pid) == min(
+        19, os.getpriority(os.PRIO_PROCESS, 0) + P.CHILD_NICENESS)
     run_id = obs.run_finished(RunEnd(str(s.out_dir), "finished"))
     assert run_id is not None
     assert obs.process.wait(30) == 0

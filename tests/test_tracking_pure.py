@@ -11,7 +11,8 @@ from wildtrace.upload import plan
 
 
 def config(send: bool = True, t: float = 0.1, reps: tuple[int, int] = (0, 0)) -> dict:
-    return {"model": {"name": "gpt-5.4", "send_temperature": send}, "judge_panel": {"name": "paper", "replicate": reps[1]},
+    return {"model": {"name": "gpt-5.4", "send_temperature": send},
+            "judge_panel": {"name": "paper", "replicate": reps[1]},
             "decoding": {"temperature": t, "max_tokens": None, "replicate": reps[0]}}
 
 
@@ -90,7 +91,8 @@ def test_chat_output_keeps_reasoning_apart_from_the_answer():
     ({"status": "logged", "run_id": "r1", "tracking_uri": "sqlite:///a.db"}, "sqlite:///a.db", True, ("new", None)),
     ({"status": "logged", "run_id": "r1", "tracking_uri": "sqlite:///a.db"}, "http://team:5000", False, ("new", None)),
     ({"status": "logged", "run_id": "r1"}, "sqlite:///a.db", False, ("skip", "r1")),  # older marker: no uri kept
-    ({"status": "running", "run_id": "r1", "tracking_uri": "sqlite:///a.db"}, "sqlite:///a.db", False, ("resume", "r1")),
+    ({"status": "running", "run_id": "r1", "tracking_uri": "sqlite:///a.db"}, "sqlite:///a.db", False,
+     ("resume", "r1")),
     ({"status": "partial", "run_id": "r1"}, "sqlite:///a.db", False, ("resume", "r1")),
     ({"status": "not_logged", "run_id": "r1"}, "sqlite:///a.db", False, ("resume", "r1")),
     ({"status": "not_logged", "run_id": None}, "sqlite:///a.db", False, ("new", None)),  # MLflow never answered

@@ -45,7 +45,8 @@ def test_summarize_counts_and_judges():
     summary = views.summarize(views.task_scores(STATUS, JUDGMENTS), JUDGMENTS)
     assert summary["overall"] == pytest.approx(27.0)
     assert summary["scored"] == pytest.approx(67.5)
-    assert {k: summary[k] for k in ("n_total", "n_scored", "n_out_of_context", "n_failed", "n_unscored", "n_missing")} == {
+    counts = ("n_total", "n_scored", "n_out_of_context", "n_failed", "n_unscored", "n_missing")
+    assert {k: summary[k] for k in counts} == {
         "n_total": 5, "n_scored": 2, "n_out_of_context": 1, "n_failed": 1, "n_unscored": 1, "n_missing": 0}
     assert summary["judges"]["a"] == {"mean": pytest.approx(0.95), "n": 2, "n_unavailable": 1,
                                       "unavailable_rate": pytest.approx(1 / 3)}
@@ -70,7 +71,8 @@ def test_no_scored_task_gives_none_not_zero():
 
 def test_breakdown_per_paradigm():
     tasks = views.task_scores(STATUS, JUDGMENTS)
-    meta = pd.DataFrame({"question_id": list(STATUS), "paradigm": ["causal", "causal", "temporal", "temporal", "causal"]})
+    meta = pd.DataFrame({"question_id": list(STATUS),
+                         "paradigm": ["causal", "causal", "temporal", "temporal", "causal"]})
     table = views.breakdown(tasks, meta, "paradigm").set_index("paradigm")
     assert table.loc["causal", "all"] == pytest.approx((0.6 + 0.75) / 3)
     assert table.loc["causal", "scored"] == pytest.approx(0.675)
