@@ -1,6 +1,6 @@
 """Logging keeps pace: a run's MLflow tail is a small share of logging everything at the end.
 
-Figures for the README come from the same comparison at 481 tasks (docs-fragments/tracking.md).
+Figures in docs/performance.md come from the same comparison at 481 tasks (benchmarks/scale.py).
 """
 
 from __future__ import annotations
