@@ -15,8 +15,8 @@ import pytest
 
 from wildtrace.core.events import TaskDone
 from wildtrace.tracking.store import client_for
-from wildtrace.tracking.traces import (build_trace, call_attributes, chat_in, chat_out, feedbacks, TraceTarget,
-                                       traced_tasks, tracing_client, write_traces)
+from wildtrace.tracking.traces import (build_trace, call_attributes, chat_in, chat_out, feedbacks, root_output,
+                                       TraceTarget, traced_tasks, tracing_client, write_traces)
 
 ANSWER = {"question_id": "q1", "prompt_ref": "Read the report. 事故报告", "response": "The seal was worn.",
           "finish_reason": "stop", "status": "answered", "attempts": 2, "latency_s": 1.5, "started_at": 1700000000.0,
@@ -68,7 +68,7 @@ def reference_trace(done: TaskDone, target: TraceTarget) -> str:
                                             inputs=chat_in(j["prompt"]), start_time_ns=js, attributes=attrs)
         span.end(outputs=chat_out(j["reply"], j.get("finish_reason"), total=j["total"], score=j["score"],
                                   status=j["status"], reason=j.get("reason")), end_time_ns=je)
-    root.end(outputs={"status": done.status, "score": done.score}, end_time_ns=end)
+    root.end(outputs=root_output(done), end_time_ns=end)
     mlflow.flush_trace_async_logging()
     for f in feedbacks(root.trace_id, done, target):
         mlflow.log_assessment(trace_id=root.trace_id, assessment=f)
@@ -127,6 +127,18 @@ def test_a_trace_reads_back_as_mlflows_own_tracer_writes_it(store):
     assert json.loads(ours.info.trace_metadata["mlflow.trace.tokenUsage"]) == {
         "input_tokens": 1070, "output_tokens": 59, "total_tokens": 1129}
     assert json.loads(ours.info.trace_metadata["mlflow.trace.sizeStats"])["num_spans"] == 5
+    # The trace list's Response column is the answer a person reads, not a status dict.
+    assert json.loads(ours.info.response_preview) == "The seal was worn."
+
+
+@pytest.mark.parametrize(("answer", "want"), [
+    ({"response": "The seal was worn.", "status": "answered"}, "The seal was worn."),
+    ({"response": None, "status": "out_of_context_scope", "reason": "document has 9 characters > en cap 5"},
+     "out_of_context_scope: document has 9 characters > en cap 5"),
+    ({"response": "", "status": "failed", "reason": "empty_output"}, "failed: empty_output"),
+])
+def test_the_root_span_shows_the_answer_or_why_there_is_none(answer, want):
+    assert root_output(TaskDone("q1", answer, [], answer["status"], 0.0, {})) == want
 
 
 def test_trace_ids_are_stable_per_run_and_task(store):

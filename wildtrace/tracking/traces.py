@@ -234,6 +234,18 @@ def _preview(value: Any) -> str:
     return text
 
 
+def root_output(done: TaskDone) -> str:
+    """What the trace list's Response column shows: the answer's text, or why there is none.
+
+    The status is the trace's ``status`` tag and each judge's score its feedback, so the
+    column a person reads first holds what the model said (a status dict told them nothing).
+    """
+    r = done.answer
+    if isinstance(r.get("response"), str) and r["response"]:
+        return str(cap_text(r["response"]))
+    return f"{done.status}: {r.get('reason') or r.get('error') or 'no answer'}"
+
+
 def build_trace(done: TaskDone, target: TraceTarget) -> Any:
     """One task as an MLflow ``Trace``: what MLflow's tracer would make of the same spans, feedback included."""
     from mlflow.entities import Trace, TraceData, TraceInfo, TraceLocation, TraceState
@@ -245,7 +257,7 @@ def build_trace(done: TaskDone, target: TraceTarget) -> Any:
     end = max((w[1] for w in windows), default=start)
     otel, trace_id = _ids(target.run_id, done.question_id)
     inputs = {"question_id": done.question_id, "document": r.get("document"), "prompt": cap_text(r.get("prompt_ref"))}
-    outputs = {"status": done.status, "score": done.score}
+    outputs = root_output(done)
     drafts = [_Draft(f"task {done.question_id}", "CHAIN", start, end, inputs, outputs,
                      {k: str(v) for k, v in done.meta.items()}),
               _Draft("caps decision", "PARSER", start, start, {"doc_chars": (r.get("caps") or {}).get("doc_chars")},
