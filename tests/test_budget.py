@@ -41,7 +41,7 @@ def result(prompt: int | None, completion: int | None, ok: bool = True, cached: 
 
 
 def ledger(run_cap: float | None = None, cap: float | None = None) -> Ledger:
-    return Ledger.build({"model": (Price(**PRICE), "openai", cap)}, run_cap)
+    return Ledger.build({"model": (Price(**PRICE), cap)}, run_cap)
 
 
 def test_a_reservation_is_replaced_by_the_real_cost():
@@ -60,7 +60,7 @@ def test_an_outcome_from_a_batch_is_priced_at_the_batch_discount(cached):
     """A batched result (runtime/batch marks it) costs (1 - batch_discount), also as a cached original cost."""
     from dataclasses import replace
 
-    book = Ledger.build({"model": (Price(**PRICE, batch_discount=0.5), "openai", None)}, None)
+    book = Ledger.build({"model": (Price(**PRICE, batch_discount=0.5), None)}, None)
     settled = book.settle("model", replace(result(400, 100, cached=cached), batched=True))
     paid = settled.original_cost_usd if cached else settled.cost_usd
     assert paid == pytest.approx(0.0007)  # half of $0.0004 + $0.001
@@ -122,7 +122,7 @@ def test_an_error_status_is_not_billed_and_releases_the_reservation():
 
 
 def test_a_cap_over_an_unpriced_endpoint_is_refused_naming_the_key():
-    book = Ledger.build({"model": (Price(), "openai", None), "a": (Price(output_per_mtok=1.0), "openai", 2.0)}, None)
+    book = Ledger.build({"model": (Price(), None), "a": (Price(output_per_mtok=1.0), 2.0)}, None)
     with pytest.raises(ValueError, match=r"judge_panel\.judges\.a\.max_usd is set but .*price\.input_per_mtok"):
         book.check(["model", "a"], {"model": "model", "a": "judge_panel.judges.a"})
 
@@ -293,7 +293,7 @@ def test_exit_statuses_of_the_command(tmp_path, release):
 
 def test_a_batched_call_is_reserved_and_priced_with_the_batch_discount():
     async def go() -> None:
-        book = Ledger.build({"model": (Price(**PRICE, batch_discount=0.5), "openai", None)}, 0.01)
+        book = Ledger.build({"model": (Price(**PRICE, batch_discount=0.5), None)}, 0.01)
         t = book.ticket("model", 1000 - TEMPLATE_TOKENS, 200, batched=True)
         assert t.worst == Fraction(3, 2000) and await t.reserve()
         assert book.settle("model", result(400, 100), t).cost_usd == pytest.approx(0.0007)
@@ -314,9 +314,9 @@ def test_the_progress_line_shows_spend_against_the_cap(caplog):
         return book
     book = asyncio.run(go())
     assert book.progress() == "spent $1.23/$5.00"
-    capped = Ledger.build({"model": (Price(**PRICE), "openai", 2.0)}, None)
+    capped = Ledger.build({"model": (Price(**PRICE), 2.0)}, None)
     assert capped.progress() == "spent model $0.00/$2.00"
-    assert Ledger.build({"model": (Price(), "openai", None)}, None).progress() == ""  # no price, no cap: nothing
+    assert Ledger.build({"model": (Price(), None)}, None).progress() == ""  # no price, no cap: nothing
     progress = _Progress(3, False, 30.0, {}, book)
     with caplog.at_level(logging.INFO, logger="wildtrace"):
         progress.line(Counters())

@@ -84,16 +84,16 @@ def test_a_free_price_costs_nothing_even_without_usage():
     assert cost_usd(Price(0.0, 0.0, 0.0), None) == 0.0
 
 
-@pytest.mark.parametrize("provider, prompt, completion, reasoning, cached, want", [
-    ("openai", 1000, 500, 400, 0, Billable(1000, 0, 500)),  # completion_tokens includes reasoning
-    ("anthropic", 1000, 500, None, 200, Billable(1000, 200, 500)),  # output_tokens includes thinking
-    ("gemini", 1000, 500, 400, 300, Billable(1000, 300, 500)),  # recorded completion = candidates + thoughts
-    ("openai", 10, 5, None, 99, Billable(10, 10, 5)),  # a cached count above the prompt is clamped
-    ("openai", None, 5, None, None, None),
-    ("gemini", 10, None, 5, None, None),
+@pytest.mark.parametrize("prompt, completion, cached, want", [
+    (1000, 500, 0, Billable(1000, 0, 500)),  # OpenAI: completion_tokens includes reasoning
+    (1000, 500, 200, Billable(1000, 200, 500)),  # Anthropic: output_tokens includes thinking
+    (1000, 500, 300, Billable(1000, 300, 500)),  # Gemini: recorded completion = candidates + thoughts
+    (10, 5, 99, Billable(10, 10, 5)),  # a cached count above the prompt is clamped
+    (None, 5, None, None),
+    (10, None, None, None),
 ])
-def test_billable_counts_reasoning_as_output(provider, prompt, completion, reasoning, cached, want):
-    assert billable(prompt, completion, reasoning, cached, provider) == want
+def test_billable_counts_reasoning_as_output(prompt, completion, cached, want):
+    assert billable(prompt, completion, cached) == want
 
 
 def test_totals_are_unknown_when_any_part_is():

@@ -19,12 +19,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-#: Whether a wire format's recorded completion count already holds the reasoning tokens.
-#: OpenAI's completion_tokens and Anthropic's output_tokens include them; Gemini reports
-#: thoughtsTokenCount beside candidatesTokenCount (and bills both as output), and its reader
-#: (providers/gemini.py ``gemini_usage``) records completion = candidates + thoughts, so
-#: every format's completion count is the billed output as recorded.
-REASONING_IN_COMPLETION = {"openai": True, "anthropic": True, "gemini": True, "offline": True}
 MTOK = 1_000_000
 #: Rounding of every reported cost (a billionth of a dollar: far below any provider's cent).
 DIGITS = 9
@@ -65,16 +59,17 @@ class Billable:
     output_tokens: int
 
 
-def billable(prompt: int | None, completion: int | None, reasoning: int | None, cached: int | None,
-             provider: str) -> Billable | None:
-    """A provider's reported usage as billable counts; None when input or output was not reported."""
+def billable(prompt: int | None, completion: int | None, cached: int | None) -> Billable | None:
+    """A recorded usage as billable counts; None when input or output was not reported.
+
+    The recorded completion count is the billed output for every wire format: OpenAI's
+    completion_tokens and Anthropic's output_tokens include the reasoning tokens, and the Gemini
+    reader records candidates + thoughts (providers/gemini.py ``gemini_usage``).
+    """
     if prompt is None or completion is None:
         return None
-    output = completion
-    if not REASONING_IN_COMPLETION.get(provider, True) and reasoning:
-        output += reasoning
     cached_part = min(max(cached or 0, 0), prompt)
-    return Billable(max(prompt, 0), cached_part, max(output, 0))
+    return Billable(max(prompt, 0), cached_part, max(completion, 0))
 
 
 def in_tier(price: Price, input_tokens: int) -> bool:

@@ -43,7 +43,6 @@ class Account:
     """One endpoint's money in this run."""
 
     price: Price | None
-    provider: str
     cap: Fraction | None = None
     spent: Fraction = Fraction(0)  # known cost of calls paid in this run
     held: Fraction = Fraction(0)  # reservations of calls in flight
@@ -109,15 +108,15 @@ class Ledger:
     keys: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def build(cls, prices: Mapping[str, tuple[Price | None, str, float | None]], run_cap: float | None) -> Ledger:
-        """``prices``: label → (price, wire format, the endpoint's own cap)."""
-        accounts = {label: Account(price, provider, None if cap is None else Fraction(repr(cap)))
-                    for label, (price, provider, cap) in prices.items()}
+    def build(cls, prices: Mapping[str, tuple[Price | None, float | None]], run_cap: float | None) -> Ledger:
+        """``prices``: label → (price, the endpoint's own cap)."""
+        accounts = {label: Account(price, None if cap is None else Fraction(repr(cap)))
+                    for label, (price, cap) in prices.items()}
         return cls(accounts, None if run_cap is None else Fraction(repr(run_cap)))
 
     def account(self, label: str) -> Account:
         """The endpoint's account; one the ledger was not built with has no price (its costs are unknown)."""
-        return self.accounts.setdefault(label, Account(None, ""))
+        return self.accounts.setdefault(label, Account(None))
 
     # ------------------------------------------------------------------ the cap
 
@@ -232,8 +231,7 @@ class Ledger:
             # No usage: an error status or a call never sent is not billed; a cut connection may be.
             sent_and_lost = result.attempts > 0 and (result.http_status is None or result.http_status < 400)
             return None if sent_and_lost else Fraction(0)
-        return exact_cost(account.price, billable(u.prompt_tokens, u.completion_tokens, u.reasoning_tokens,
-                                                  u.cached_tokens, account.provider), batched)
+        return exact_cost(account.price, billable(u.prompt_tokens, u.completion_tokens, u.cached_tokens), batched)
 
     # ------------------------------------------------------------------ reporting
 

@@ -115,7 +115,7 @@ def config_prefix(label: str) -> str:
 def make_ledger(cfg: WildtraceConfig, specs: Sequence[EndpointSpec], needed: Sequence[str] = ()) -> Ledger:
     """The run's prices and caps; a cap over an endpoint in ``needed`` with no price fails here (exit 2)."""
     configs = endpoint_configs(cfg)
-    ledger = Ledger.build({s.label: (price_of(configs[s.label]), s.provider, configs[s.label].max_usd)
+    ledger = Ledger.build({s.label: (price_of(configs[s.label]), configs[s.label].max_usd)
                            for s in specs}, cfg.budget.max_usd)
     try:
         ledger.check(needed, {s.label: config_prefix(s.label) for s in specs})
