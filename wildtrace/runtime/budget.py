@@ -12,7 +12,9 @@ recorded as ``budget_exhausted`` (never sent, never cached, so a rerun with a hi
 sends it). On reply the reservation is replaced by the real cost, so spend plus what is in
 flight never exceeds a cap, whatever the concurrency. A call whose cost cannot be known (the
 connection dropped after the request went out) keeps its reservation as spent: the provider
-may have billed it. Single-threaded: the ledger lives on the run's event loop.
+may have billed it. Batch mode reserves each item the same way, at the batch price, before its
+batch is created (runtime/batch/spend.py), and settles each outcome when it arrives
+(``settle_ahead``). Single-threaded: the ledger lives on the run's event loop.
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ reserved against the same budget: spend plus what is in flight never passes a ca
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Iterable
 from fractions import Fraction
 
@@ -30,6 +31,8 @@ from wildtrace.runtime.batch.runner import Want
 from wildtrace.runtime.budget import Ledger as Budget
 from wildtrace.runtime.budget import Ticket
 from wildtrace.runtime.http import Endpoint
+
+log = logging.getLogger(__name__)
 
 #: Sends admitted items through the batch API (rounds of batches) until each has an outcome.
 Send = Callable[[dict[str, Want]], Awaitable[None]]
@@ -41,6 +44,10 @@ async def send_capped(endpoint: Endpoint, wants: dict[str, Want], budget: Budget
     pending = dict(wants)
     while pending and not stop.is_set():
         admitted, later = _admit(endpoint, pending, _units(pending, open_batches), budget)
+        refused = len(pending) - len(admitted) - len(later)
+        if refused or later:
+            log.info("%s: the spend cap lets %d items into a batch now; %d wait for those in flight to settle, "
+                     "%d are not sent", endpoint.label, len(admitted), len(later), refused)
         if admitted:
             try:
                 await send(admitted)
