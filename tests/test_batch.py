@@ -812,10 +812,13 @@ def test_a_result_line_past_its_bound_is_skipped_and_its_item_sent_again(tmp_pat
 
 
 @pytest.mark.parametrize("cap", ["budget.max_usd=5", "model.max_usd=5"])
-def test_a_spend_cap_and_batch_mode_together_are_refused_naming_both(cap):
-    """A batch item is not reserved against a cap before it is sent: the combination is a config error."""
+def test_a_spend_cap_and_batch_mode_together_need_a_batch_price(cap):
+    """A capped batch item is reserved at the batch price (tests/test_batch_cap.py): with one, the
+    combination is a config like any other; without one, it is refused naming the missing key."""
     from conftest import compose_config
     from wildtrace.config import ConfigError, to_settings
 
-    with pytest.raises(ConfigError, match=r"model\.batch=true with .*max_usd: a spend cap is not enforced"):
-        to_settings(compose_config(["model=gpt-4.1", "model.batch=true", cap]))
+    accepted = to_settings(compose_config(["model=gpt-4.1", "model.batch=true", cap]))
+    assert accepted.model.batch and accepted.model.price.batch_discount == 0.5
+    with pytest.raises(ConfigError, match=r"model\.batch=true with .*max_usd: model\.price\.batch_discount is not set"):
+        to_settings(compose_config(["model=gpt-4.1", "model.batch=true", cap, "model.price.batch_discount=null"]))

@@ -533,14 +533,15 @@ def _check_batch(cfg: WildtraceConfig) -> None:
         if endpoint.provider not in BATCH_PROVIDERS:
             raise ConfigError(f"{key}=true: provider {endpoint.provider!r} has no batch mode here "
                               f"(choose from {', '.join(BATCH_PROVIDERS)}, or set {key}=false)")
-        # Batch items are sent by the batch phase, not through the call that reserves a worst case
-        # against a cap first: under a cap they could overrun it, so the two are not combined (yet).
-        caps = [k for k, v in (("budget.max_usd", cfg.budget.max_usd),
-                               (("model" if label == "model" else f"judge_panel.judges.{label}") + ".max_usd",
-                                endpoint.max_usd)) if v is not None]
-        if caps:
-            raise ConfigError(f"{key}=true with {' and '.join(caps)}: a spend cap is not enforced on batched calls "
-                              f"yet (docs/batch.md); unset the cap or send {label}'s calls synchronously")
+        # Under a cap a batch item's worst case is reserved at the batch price (runtime/batch/spend.py):
+        # without a batch_discount that price, and so the reservation, cannot be made.
+        prefix = "model" if label == "model" else f"judge_panel.judges.{label}"
+        caps = [k for k, v in (("budget.max_usd", cfg.budget.max_usd), (f"{prefix}.max_usd", endpoint.max_usd))
+                if v is not None]
+        if caps and endpoint.price.batch_discount is None:
+            raise ConfigError(f"{key}=true with {' and '.join(caps)}: {prefix}.price.batch_discount is not set, so "
+                              "a batched call's cost is unknown and a cap cannot hold over it (set it, e.g. 0.5, "
+                              f"or unset the cap, or send {label}'s calls synchronously)")
     for name in ("poll_s", "max_wait_h"):
         value = getattr(cfg.batch, name)
         if not value > 0:

@@ -12,7 +12,9 @@ recorded as ``budget_exhausted`` (never sent, never cached, so a rerun with a hi
 sends it). On reply the reservation is replaced by the real cost, so spend plus what is in
 flight never exceeds a cap, whatever the concurrency. A call whose cost cannot be known (the
 connection dropped after the request went out) keeps its reservation as spent: the provider
-may have billed it. Single-threaded: the ledger lives on the run's event loop.
+may have billed it. Batch mode reserves each item the same way, at the batch price, before its
+batch is created (runtime/batch/spend.py), and settles each outcome when it arrives
+(``settle_ahead``). Single-threaded: the ledger lives on the run's event loop.
 """
 
 from __future__ import annotations
@@ -79,17 +81,29 @@ class Ticket:
         A call that would fit once the calls in flight settle waits for them (they release
         what they did not spend) rather than being refused while the money is only reserved.
         """
+        while (verdict := self.reserve_now()) is None:
+            await self.ledger.changed()
+        return verdict
+
+    def reserve_now(self) -> bool | None:
+        """``reserve`` without waiting: True (held), False (refused, counted as not sent), or None when
+        it would fit only once the calls in flight settle (nothing held; ask again after they do).
+
+        Batch mode needs this: a batch's items are all reserved before the batch is created, so an
+        item must not wait for the items of its own batch to settle."""
         if self.reserved or self.worst is None:
             return True
-        while not self.ledger.fits(self.label, self.worst):
-            if not self.ledger.fits(self.label, self.worst, settled=True):
-                self.refused = True
-                self.ledger.account(self.label).not_sent += 1
-                return False
-            await self.ledger.changed()
+        if not self.ledger.fits(self.label, self.worst):
+            return None if self.ledger.fits(self.label, self.worst, settled=True) else self.refuse()
         self.ledger.hold(self.label, self.worst)
         self.reserved = True
         return True
+
+    def refuse(self) -> bool:
+        """Keep the call back for the cap (counted as not sent; its outcome is ``refusal()``): False."""
+        self.refused = True
+        self.ledger.account(self.label).not_sent += 1
+        return False
 
     def refusal(self) -> CallResult:
         """The outcome of a call the cap did not let through: not sent, not a model failure."""
@@ -106,6 +120,9 @@ class Ledger:
     _change: asyncio.Event | None = field(default=None, repr=False)
     #: label → the config key its settings live under (model, judge_panel.judges.<key>), for messages.
     keys: dict[str, str] = field(default_factory=dict)
+    #: Outcomes settled when they arrived, before the pipeline's call picks them up (batch mode puts
+    #: them in ``Endpoint.ready``), by identity; each is kept alive here so its id stays its own.
+    _ahead: dict[int, CallResult] = field(default_factory=dict, repr=False)
 
     @classmethod
     def build(cls, prices: Mapping[str, tuple[Price | None, float | None]], run_cap: float | None) -> Ledger:
@@ -198,8 +215,20 @@ class Ledger:
 
     # ------------------------------------------------------------------ settling
 
+    def settle_ahead(self, label: str, result: CallResult, ticket: Ticket | None) -> CallResult:
+        """``settle`` for an outcome that arrives before the pipeline asks for it (batch mode).
+
+        Its reservation must turn into its real cost the moment it arrives, or the next batch's
+        items would be reserved against worst cases long since paid; the pipeline's ``settle`` of
+        the same outcome, when its call finds it ready, then returns it as it is (counted once)."""
+        settled = self.settle(label, result, ticket)
+        self._ahead[id(settled)] = settled
+        return settled
+
     def settle(self, label: str, result: CallResult, ticket: Ticket | None = None) -> CallResult:
         """Price an outcome, release its reservation for its real cost, and return it with its cost."""
+        if self._ahead.get(id(result)) is result:
+            return result  # settled when it arrived (settle_ahead)
         account = self.account(label)
         held = ticket is not None and ticket.reserved
         if held and ticket is not None:

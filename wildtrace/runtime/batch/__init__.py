@@ -13,6 +13,8 @@ same config sends nothing, and a batch run after a synchronous one sends nothing
   batchGenerateContent with inline requests);
 - ``runner``: rounds of batches for one endpoint: resume, create, poll, collect, re-send
   the transient failures and the unfinished items of an expired or cancelled batch;
+- ``spend``: the spend cap: each item's worst case reserved at the batch price before
+  its batch is created, what cannot fit recorded ``budget_exhausted`` and never sent;
 - ``phase``: what the pipeline calls before its workers start: answers first, then the
   judges, each endpoint in batch only when its config says ``batch: true``.
 """

@@ -5,6 +5,8 @@ synchronous run and every call it makes for a batched endpoint finds its outcome
 records, judging, scoring, the observer and the run files are the synchronous path's own.
 When only judges are in batch, the answers are fetched first (synchronously, at the
 model's ``max_concurrency``) so the judges' batch can hold every answer's judgment.
+Under a spend cap every item is reserved before its batch is created (batch/spend.py), and
+every outcome put in ``Endpoint.ready`` is settled against the budget when it arrives.
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ from wildtrace.runtime.batch.gemini import GeminiBatch
 from wildtrace.runtime.batch.ledger import Ledger
 from wildtrace.runtime.batch.openai import OpenAIBatch
 from wildtrace.runtime.batch.runner import Runner, Want
+from wildtrace.runtime.batch.spend import send_capped
+from wildtrace.runtime.budget import Ledger as Budget
+from wildtrace.runtime.budget import Ticket
 from wildtrace.runtime.http import Endpoint, Prepared, interpret
 from wildtrace.runtime.served import enforce
 
@@ -74,19 +79,23 @@ def _known(endpoint: Endpoint, key: str) -> CallResult | None:
     return interpret(endpoint.provider, stored["payload"], stored["http_status"], stored["attempts"], 0.0)
 
 
-def _spool(spool: Path, prepared: Prepared, temperature_sent: bool | str) -> Want:
+def _spool(spool: Path, prepared: Prepared, temperature_sent: bool | str, ticket: Ticket) -> Want:
     path = spool / f"{prepared.key}.json"
     path.write_bytes(prepared.content)
-    return Want(prepared.material, path, len(prepared.content), temperature_sent)
+    return Want(prepared.material, path, len(prepared.content), temperature_sent, ticket)
 
 
 async def _through_batch(endpoint: Endpoint, wants: dict[str, Want], url: str, settings: BatchSettings,
-                         ledger: Ledger, stop: asyncio.Event, show: Callable[[str, str], None]) -> None:
+                         ledger: Ledger, budget: Budget, stop: asyncio.Event, show: Callable[[str, str], None]) -> None:
     if not wants:
         return
     api = api_for(endpoint, url)
+
+    async def send(admitted: dict[str, Want]) -> None:
+        await Runner(endpoint, api, ledger, settings.poll_s, settings.max_wait_h, stop, show).run(admitted)
+
     try:
-        await Runner(endpoint, api, ledger, settings.poll_s, settings.max_wait_h, stop, show).run(wants)
+        await send_capped(endpoint, wants, budget, ledger.open_records(api.provider, endpoint.label), send, stop)
     finally:
         await api.control.aclose()
 
@@ -132,12 +141,19 @@ async def _answers(plan: Any, prepare: Callable[[Task], Any], stop: asyncio.Even
         keys[task.question_id] = prepared.key
         if _known(model, prepared.key) is not None:
             return
+        # The worst case the pipeline's own call would reserve (pipeline._Run.answer), batched or not.
+        ticket = plan.ledger.ticket("model", len(prepared.content), plan.answer_sampling.max_tokens, batched)
         if batched:
             if prepared.key not in wants:
                 wants[prepared.key] = await asyncio.to_thread(
-                    _spool, spool, prepared, model.provider.temperature_sent(prepared.request))
+                    _spool, spool, prepared, model.provider.temperature_sent(prepared.request), ticket)
             return
-        result = await model.call(prepared.request, plan.answer_replicate, ready.cost, prepared)
+        try:
+            result = await model.call(prepared.request, plan.answer_replicate, ready.cost, prepared, ticket=ticket)
+        except BaseException:  # as in the pipeline: it may have been billed, so its reservation stays spent
+            plan.ledger.abandon("model", ticket)
+            raise
+        result = plan.ledger.settle_ahead("model", result, ticket)
         model.ready[prepared.key] = result
         if model.temperature_dropped:  # the pipeline will ask for the request without temperature
             plain = model.prepare(model.provider.without_temperature(prepared.request), plan.answer_replicate)
@@ -152,7 +168,7 @@ async def _answers(plan: Any, prepare: Callable[[Task], Any], stop: asyncio.Even
 
     await asyncio.gather(*(worker() for _ in range(min(limit, len(in_scope)) or 1)))
     if batched and not stop.is_set():
-        await _through_batch(model, wants, _model_url(plan), settings, ledger, stop, show)
+        await _through_batch(model, wants, _model_url(plan), settings, ledger, plan.ledger, stop, show)
     texts = {}
     for qid, key in keys.items():
         result = _known(model, key)
@@ -182,10 +198,13 @@ async def _judges(plan: Any, judge: Endpoint, answers: dict[str, str], stop: asy
         response = answers.get(task.question_id)
         if response is None:
             continue
-        request = judge.provider.build_request(judge_prompt(task.question_text, task.rubric, response),
-                                               plan.judge_sampling)
+        prompt = judge_prompt(task.question_text, task.rubric, response)
+        request = judge.provider.build_request(prompt, plan.judge_sampling)
         url = request.url
         prepared = judge.prepare(request, plan.judge_replicate)
         if _known(judge, prepared.key) is None and prepared.key not in wants:
-            wants[prepared.key] = _spool(spool, prepared, judge.provider.temperature_sent(request))
-    await _through_batch(judge, wants, url, settings, ledger, stop, show)
+            # the worst case the pipeline's judge call reserves (pipeline._Run.judge), at the batch price
+            ticket = plan.ledger.ticket(judge.label, len(prompt.encode("utf-8")), plan.judge_sampling.max_tokens,
+                                        batched=True)
+            wants[prepared.key] = _spool(spool, prepared, judge.provider.temperature_sent(request), ticket)
+    await _through_batch(judge, wants, url, settings, ledger, plan.ledger, stop, show)

@@ -39,6 +39,7 @@ from wildtrace.runtime.batch.base import (
     Status,
 )
 from wildtrace.runtime.batch.ledger import BatchRecord, Ledger
+from wildtrace.runtime.budget import Ticket
 from wildtrace.runtime.http import Attempt, Endpoint, interpret, is_storable
 from wildtrace.runtime.retry import FAIL, QUOTA, classify
 from wildtrace.runtime.secrets import redact
@@ -53,12 +54,14 @@ MISSING = "missing"
 
 @dataclass
 class Want:
-    """An item to resolve: its key material, its spooled bytes and what the record says of temperature."""
+    """An item to resolve: its key material, its spooled bytes, what the record says of temperature,
+    and its claim on the spend cap (reserved before it goes into a batch: batch/spend.py)."""
 
     material: dict
     path: Path
     size: int
     temperature_sent: bool | str
+    ticket: Ticket | None = None
 
 
 class Runner:
@@ -286,5 +289,8 @@ class Runner:
         want = self.wants.pop(key, None)
         if want is None:
             return
-        self.endpoint.ready[key] = self.endpoint.settle(result, want.temperature_sent)
+        result = self.endpoint.settle(result, want.temperature_sent)
+        if want.ticket is not None:  # its reservation becomes its real cost now, not when the pipeline asks
+            result = want.ticket.ledger.settle_ahead(self.label, result, want.ticket)
+        self.endpoint.ready[key] = result
         want.path.unlink(missing_ok=True)
