@@ -104,12 +104,16 @@ CASES = [
     ({"mine": _delta("paper", "override /judge@judges.x: lexical")}, "mine", "names judge 'x'"),
     ({"mine": _delta("offline", DROP.format("lexical"))}, "mine", None),  # empty: the run's own check says so
     ({}, "no_such_panel", None),  # the option name check names it
+    ({"mine": "defaults: [paper\n"}, "mine", "judge_panel/mine.yaml: cannot be read as YAML"),
 ]
 
 
 @pytest.mark.parametrize(("files", "panel", "error"), CASES)
 def test_a_drop_of_a_judge_the_parent_lacks_is_named(tmp_path, files, panel, error):
-    errors = panel_errors(_conf(tmp_path, files), [panel])
+    try:
+        errors = panel_errors(_conf(tmp_path, files), [panel])
+    except ConfigError as exc:  # a file that does not parse stops the check at once
+        errors = [str(exc)]
     if error is None:
         assert errors == []
     else:

@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import yaml  # PyYAML: what OmegaConf (and so Hydra) parses these files with; omegaconf requires it
 from omegaconf import OmegaConf
 
 from wildtrace.config import ConfigError
@@ -32,7 +33,10 @@ _JUDGE_ENTRY = re.compile(r"^(override\s+)?/judge@judges\.([A-Za-z0-9_-]+)$")
 
 def _defaults(path: Path) -> list[Any]:
     """The file's defaults list as plain values (interpolations left alone: nothing here resolves them)."""
-    node = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    try:
+        node = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:  # Hydra would refuse it too, with exit 1
+        raise ConfigError(f"{path}: cannot be read as YAML ({str(exc).splitlines()[0]})") from None
     found = node.get("defaults") if isinstance(node, dict) else None
     return found if isinstance(found, list) else []
 
