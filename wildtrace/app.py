@@ -18,6 +18,7 @@ from wildtrace.config_check import (check_known_keys, check_override_names, chec
                                     check_retired)
 from wildtrace.core.events import RunObserver
 from wildtrace.exitcodes import fail
+from wildtrace.panel_files import check_panel_drops
 
 if TYPE_CHECKING:
     from wildtrace.runtime.run import RunResult
@@ -145,6 +146,8 @@ def check_command_line(prog: str, schema_cls: type = WildtraceConfig, conf_dir: 
         return
     try:
         check_override_names(overrides, schema_cls, conf_dir)
+        if conf_dir is not None:  # an ablation file that drops a judge its parent lacks (Hydra: exit 1)
+            check_panel_drops(overrides, conf_dir)
     except ConfigError as exc:
         fail(prog, exc)
 
