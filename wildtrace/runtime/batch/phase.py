@@ -22,7 +22,6 @@ from wildtrace.core.caps import decide
 from wildtrace.core.prompts import judge_prompt
 from wildtrace.core.records import CallResult
 from wildtrace.core.tasks import Task
-from wildtrace.providers.anthropic import ANTHROPIC_VERSION
 from wildtrace.runtime.batch.anthropic import AnthropicBatch
 from wildtrace.runtime.batch.base import LINE_OVERHEAD, BatchAPI, Control
 from wildtrace.runtime.batch.gemini import GeminiBatch
@@ -34,7 +33,7 @@ from wildtrace.runtime.served import enforce
 
 log = logging.getLogger(__name__)
 
-#: Wire formats with a batch API here.
+#: The batch APIs spoken here (a provider class names its own: ``Provider.batch_api``).
 SUPPORTED = ("openai", "anthropic", "gemini")
 
 
@@ -50,15 +49,16 @@ class BatchSettings:
 
 
 def api_for(endpoint: Endpoint, url: str) -> BatchAPI:
-    """The batch API of an endpoint's wire format (validated in config: openai, anthropic, gemini)."""
+    """The batch API its provider class names (validated in config: ``Provider.batch_api`` is set)."""
     spec = endpoint.provider.spec
-    headers = {"anthropic-version": ANTHROPIC_VERSION} if spec.provider == "anthropic" else {}
+    kind = type(endpoint.provider).batch_api
+    headers = dict(endpoint.provider.api_headers)
     control = Control(spec.base_url, endpoint.auth, headers, endpoint.retry, min(spec.timeout_s, 600.0))
-    if spec.provider == "anthropic":
+    if kind == "anthropic":
         return AnthropicBatch(control)
-    if spec.provider == "openai":
+    if kind == "openai":
         return OpenAIBatch(control, url)
-    if spec.provider == "gemini":
+    if kind == "gemini":
         return GeminiBatch(control, url, endpoint.max_response_bytes + LINE_OVERHEAD)
     raise ValueError(f"{endpoint.label}: provider {spec.provider!r} has no batch mode here "
                      f"(choose from {', '.join(SUPPORTED)})")
