@@ -66,7 +66,7 @@ class GeminiProvider(Provider):
             config["thinkingConfig"] = thinking
         body = {"contents": [{"role": "user", "parts": [{"text": prompt}]}], "generationConfig": config}
         url = f"{self.spec.base_url.rstrip('/')}/v1beta/models/{self.spec.route}{PLAIN_METHOD}"
-        return WireRequest(url=url, body=merge_extra(body, self.spec.extra_body))
+        return WireRequest(url=url, body=merge_extra(body, self.spec.extra_body), headers=dict(self.api_headers))
 
     @classmethod
     def default_reasoning_format(cls, route: str) -> str:

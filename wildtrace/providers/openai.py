@@ -115,7 +115,7 @@ class OpenAIProvider(Provider):
             body["temperature"] = temperature
         body.update(self._reasoning(sampling))
         url = self.spec.base_url.rstrip("/") + "/chat/completions"
-        return WireRequest(url=url, body=merge_extra(body, self.spec.extra_body))
+        return WireRequest(url=url, body=merge_extra(body, self.spec.extra_body), headers=dict(self.api_headers))
 
     def _reasoning(self, sampling: Sampling) -> dict[str, Any]:
         level = sampling.reasoning_effort

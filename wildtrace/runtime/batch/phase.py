@@ -33,8 +33,14 @@ from wildtrace.runtime.served import enforce
 
 log = logging.getLogger(__name__)
 
-#: The batch APIs spoken here (a provider class names its own: ``Provider.batch_api``).
-SUPPORTED = ("openai", "anthropic", "gemini")
+#: The batch APIs spoken here, by the name a provider class gives its own (``Provider.batch_api``):
+#: (control, endpoint, the synchronous call's URL) -> the API.
+APIS: dict[str, Callable[[Control, Endpoint, str], BatchAPI]] = {
+    "openai": lambda control, endpoint, url: OpenAIBatch(control, url),
+    "anthropic": lambda control, endpoint, url: AnthropicBatch(control),
+    "gemini": lambda control, endpoint, url: GeminiBatch(control, url, endpoint.max_response_bytes + LINE_OVERHEAD),
+}
+SUPPORTED = tuple(APIS)
 
 
 @dataclass(frozen=True)
@@ -51,17 +57,13 @@ class BatchSettings:
 def api_for(endpoint: Endpoint, url: str) -> BatchAPI:
     """The batch API its provider class names (validated in config: ``Provider.batch_api`` is set)."""
     spec = endpoint.provider.spec
-    kind = type(endpoint.provider).batch_api
+    make = APIS.get(type(endpoint.provider).batch_api or "")
+    if make is None:
+        raise ValueError(f"{endpoint.label}: provider {spec.provider!r} has no batch mode here "
+                         f"(choose from {', '.join(SUPPORTED)})")
     headers = dict(endpoint.provider.api_headers)
     control = Control(spec.base_url, endpoint.auth, headers, endpoint.retry, min(spec.timeout_s, 600.0))
-    if kind == "anthropic":
-        return AnthropicBatch(control)
-    if kind == "openai":
-        return OpenAIBatch(control, url)
-    if kind == "gemini":
-        return GeminiBatch(control, url, endpoint.max_response_bytes + LINE_OVERHEAD)
-    raise ValueError(f"{endpoint.label}: provider {spec.provider!r} has no batch mode here "
-                     f"(choose from {', '.join(SUPPORTED)})")
+    return make(control, endpoint, url)
 
 
 def _known(endpoint: Endpoint, key: str) -> CallResult | None:
