@@ -213,6 +213,7 @@ def test_registry_facts_are_consistent():
     for cls in PROVIDERS.values():
         assert cls.batch_api is None or cls.batch_api in SUPPORTED
         assert "none" in cls.reasoning_formats
+        assert cls.local == hasattr(cls, "answer_locally")  # the HTTP layer gives that method its transport
         low, high = cls.temperature_range
         assert 0.0 <= low < high
     assert provider_class("no-such-provider") is Provider  # the base facts: not local, no batch, 0-2
