@@ -14,17 +14,15 @@ from conftest import endpoint_spec
 
 from wildtrace.core.records import Completion, Usage
 from wildtrace.providers.base import (
-    FORMATS_BY_PROVIDER,
-    REASONING_FORMATS,
+    NO_REASONING_CONTROL,
     REASONING_LEVELS,
     IncompleteStream,
     Sampling,
     StreamError,
     WireRequest,
-    check_reasoning,
 )
 from wildtrace.providers.reasoning import anthropic_format, gemini_format, split_think
-from wildtrace.providers.registry import make_provider
+from wildtrace.providers.registry import PROVIDERS, make_provider
 from wildtrace.providers.sse import SSEDecoder, SSEEvent
 
 spec = endpoint_spec
@@ -720,15 +718,16 @@ def test_gemini_reasoning_format_none_sends_no_thinking_config():
 )
 def test_reasoning_config_errors_name_the_choices(name, fmt, level, match):
     with pytest.raises(ValueError, match=match):
-        check_reasoning(name, fmt, level)
+        PROVIDERS[name].check_reasoning(fmt, level)
     with pytest.raises(ValueError, match=match):
         provider(name, reasoning_format=fmt).build_request(PROMPT, Sampling(0.1, 8192, level))
 
 
 def test_reasoning_tables_are_consistent():
     assert REASONING_LEVELS == ("none", "minimal", "low", "medium", "high", "xhigh")
-    assert {f for formats in FORMATS_BY_PROVIDER.values() for f in formats} == set(REASONING_FORMATS)
-    assert all(REASONING_FORMATS[f] for f in REASONING_FORMATS)
+    for cls in PROVIDERS.values():
+        assert cls.reasoning_formats["none"] == NO_REASONING_CONTROL  # every wire format can send nothing
+        assert all(cls.reasoning_formats.values())  # and says what each format sends
 
 
 @pytest.mark.parametrize(

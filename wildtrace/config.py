@@ -18,14 +18,12 @@ from omegaconf import MISSING, OmegaConf
 
 from wildtrace.core.caps import Caps
 from wildtrace.core.cost import Price
-from wildtrace.providers.base import check_reasoning
+from wildtrace.providers.base import check_family, check_level
+from wildtrace.providers.registry import PROVIDERS, batch_providers, provider_class
 from wildtrace.runtime.retry import MAX_RETRIES
 
-PROVIDERS = ("openai", "anthropic", "gemini", "offline")
 STAGES = ("all", "answer", "judge")
 BUDGET_FIELDS = ("max_tokens", "max_completion_tokens")
-#: The temperature range each wire format accepts (Anthropic's Messages API takes 0–1).
-TEMPERATURE_RANGE = {"openai": (0.0, 2.0), "anthropic": (0.0, 1.0), "gemini": (0.0, 2.0), "offline": (0.0, 2.0)}
 #: Judge keys are plain identifiers so that ``judge_panel.judges.<key>.x=`` and
 #: ``~judge_panel.judges.<key>`` work on the command line.
 JUDGE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -405,7 +403,7 @@ def _check_endpoint(prefix: str, e: EndpointConfig) -> None:
     if not e.base_url.startswith(("http://", "https://")):
         raise ConfigError(f"{prefix}.base_url must start with http:// or https://, got {e.base_url!r}")
     try:
-        check_reasoning(e.provider, e.reasoning_format, None, e.route)
+        PROVIDERS[e.provider].check_reasoning(e.reasoning_format, None, e.route)
     except ValueError as exc:
         raise ConfigError(f"{prefix}.reasoning_format: {exc}") from None
 
@@ -430,7 +428,7 @@ def _check_price(prefix: str, e: EndpointConfig) -> None:
 
 def _check_temperature(key: str, temperature: float, providers: dict[str, str]) -> None:
     for where, provider in providers.items():
-        low, high = TEMPERATURE_RANGE.get(provider, (0.0, 2.0))
+        low, high = provider_class(provider).temperature_range
         if not low <= temperature <= high:
             raise ConfigError(f"{key} must be within [{low}, {high}] for {where} ({provider}), got {temperature}")
 
@@ -444,7 +442,7 @@ def apply_gateway(cfg: WildtraceConfig) -> WildtraceConfig:
         raise ConfigError("gateway.base_url is empty: access=gateway needs gateway.base_url=http(s)://…/v1")
     endpoints: list[EndpointConfig] = [cfg.model, *cfg.judge_panel.judges.values()]
     for e in endpoints:
-        if e.provider == "offline":
+        if provider_class(e.provider).local:
             continue
         e.provider, e.base_url, e.api_key_env, e.base_url_env = "openai", g.base_url, g.api_key_env, None
     return cfg
@@ -486,8 +484,8 @@ def validate(cfg: WildtraceConfig) -> WildtraceConfig:
     if cfg.decoding.replicate < 0 or cfg.judge_panel.replicate < 0:
         raise ConfigError("decoding.replicate and judge_panel.replicate must be >= 0")
     try:  # also the model family's own limits (Gemini 2.5 Pro cannot think "none", …): before any request
-        check_reasoning(cfg.model.provider, None, cfg.decoding.reasoning_effort,
-                        cfg.model.route if cfg.stage != "judge" else None)
+        check_level(cfg.decoding.reasoning_effort)
+        check_family(cfg.model.route if cfg.stage != "judge" else None, None, cfg.decoding.reasoning_effort)
     except ValueError as exc:
         raise ConfigError(f"decoding.reasoning_effort: {exc}") from None
     if cfg.stage != "judge" and cfg.model.send_temperature:
@@ -512,10 +510,6 @@ def validate(cfg: WildtraceConfig) -> WildtraceConfig:
     return cfg
 
 
-#: Wire formats whose batch API wildtrace speaks (runtime/batch).
-BATCH_PROVIDERS = ("openai", "anthropic", "gemini")
-
-
 def batch_labels(cfg: WildtraceConfig) -> frozenset[str]:
     """The endpoints the run sends in batch: "model" and judge keys."""
     labels = {"model"} if cfg.model.batch and cfg.stage != "judge" else set()
@@ -530,9 +524,9 @@ def _check_batch(cfg: WildtraceConfig) -> None:
         endpoint = cfg.model if label == "model" else cfg.judge_panel.judges[label]
         key = "model.batch" if label == "model" else (f"judge_panel.judges.{label}.batch"
                                                       if endpoint.batch else "judge_panel.batch")
-        if endpoint.provider not in BATCH_PROVIDERS:
+        if provider_class(endpoint.provider).batch_api is None:
             raise ConfigError(f"{key}=true: provider {endpoint.provider!r} has no batch mode here "
-                              f"(choose from {', '.join(BATCH_PROVIDERS)}, or set {key}=false)")
+                              f"(choose from {', '.join(batch_providers())}, or set {key}=false)")
         # Under a cap a batch item's worst case is reserved at the batch price (runtime/batch/spend.py):
         # without a batch_discount that price, and so the reservation, cannot be made.
         prefix = "model" if label == "model" else f"judge_panel.judges.{label}"

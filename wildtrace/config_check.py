@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from wildtrace.config import (REASONING_BUDGET, ConfigError, EndpointConfig, RetiredConfig, WildtraceConfig,
                               effective_max_tokens)
+from wildtrace.providers.registry import provider_class
 
 #: A key and the names that would have been valid where it stands.
 Unknown = tuple[str, tuple[str, ...]]
@@ -323,7 +324,7 @@ def check_retired(settings: WildtraceConfig, conf_dir: Path | None = None) -> No
     if settings.stage != "answer":
         endpoints += [(f"judge_panel.judges.{k}", j) for k, j in settings.judge_panel.judges.items()]
     for key, e in endpoints:
-        if e.provider == "offline":
+        if provider_class(e.provider).local:
             continue
         own = [(f"{key}.retired", e.retired)] if e.retired is not None else []
         found = retirement_for(e.route, e.base_url, own + shared)

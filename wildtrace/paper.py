@@ -25,10 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from wildtrace.config import JUDGE_KEY, PROVIDERS, ConfigError
+from wildtrace.config import JUDGE_KEY, ConfigError
 from wildtrace.config_check import RESERVED_JUDGE_KEYS
 from wildtrace.core.tasks import DatasetError
 from wildtrace.exitcodes import ArgumentParser, ExitCode, error
+from wildtrace.providers.registry import PROVIDERS
 from wildtrace.runtime.cache import StorageError
 from wildtrace.runtime.secrets import MissingKeyError
 from wildtrace.files import file_kind

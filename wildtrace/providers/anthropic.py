@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from wildtrace.core.records import Completion, Usage
 from wildtrace.providers.base import (
@@ -13,8 +13,8 @@ from wildtrace.providers.base import (
     StreamReader,
     WireRequest,
     as_int,
+    NO_REASONING_CONTROL,
     as_str,
-    check_reasoning,
     merge_extra,
     stream_error,
 )
@@ -43,6 +43,16 @@ class AnthropicProvider(Provider):
     """POST {base_url}/v1/messages with x-api-key and anthropic-version."""
 
     name = "anthropic"
+    batch_api: ClassVar[str | None] = "anthropic"
+    temperature_range = (0.0, 1.0)  # the Messages API takes 0-1
+    api_headers: ClassVar[Mapping[str, str]] = {"anthropic-version": ANTHROPIC_VERSION}
+    #: How thinking is asked for: a token budget before Claude 4.6, adaptive from 4.6 on (by route).
+    reasoning_formats: ClassVar[Mapping[str, str]] = {
+        "anthropic-budget": "thinking: {type: enabled, budget_tokens: N}; none sends no thinking (Claude before 4.6)",
+        "anthropic-adaptive": "thinking: {type: adaptive} + output_config: {effort: <level>}; none sends no thinking "
+                              "(Claude 4.6+)",
+        "none": NO_REASONING_CONTROL,
+    }
 
     def build_request(self, prompt: str, sampling: Sampling) -> WireRequest:
         """``model``, ``max_tokens`` (always required here), one user message, temperature if
@@ -60,16 +70,20 @@ class AnthropicProvider(Provider):
         return WireRequest(
             url=self.spec.base_url.rstrip("/") + "/v1/messages",
             body=merge_extra(body, self.spec.extra_body),
-            headers={"anthropic-version": ANTHROPIC_VERSION},
+            headers=dict(self.api_headers),
         )
+
+    @classmethod
+    def default_reasoning_format(cls, route: str) -> str:
+        """Adaptive from Claude 4.6 on, else a budget (``anthropic_format``)."""
+        return anthropic_format(route)
 
     def _reasoning(self, sampling: Sampling) -> dict[str, Any]:
         level = sampling.reasoning_effort
-        check_reasoning(self.name, self.spec.reasoning_format, level, self.spec.route)
+        self.check_reasoning(self.spec.reasoning_format, level, self.spec.route)
         if level is None:
             return {}
-        fmt = self.spec.reasoning_format or anthropic_format(self.spec.route)
-        return anthropic_fields(fmt, level, sampling.max_tokens, self.spec.route)
+        return anthropic_fields(self.reasoning_format(), level, sampling.max_tokens, self.spec.route)
 
     def stream_request(self, request: WireRequest) -> WireRequest:
         """``stream: true``."""
@@ -83,6 +97,16 @@ class AnthropicProvider(Provider):
     def auth_headers(self, api_key: str) -> dict[str, str]:
         """The key goes in x-api-key."""
         return {"x-api-key": api_key}
+
+    @classmethod
+    def model_list(cls, token: str | None) -> tuple[str, dict[str, str]]:
+        """``/v1/models``, paged by ``after_id``."""
+        return "/v1/models", {"limit": "1000", **({"after_id": token} if token else {})}
+
+    @classmethod
+    def model_page(cls, page: Mapping[str, Any]) -> tuple[Any, Any]:
+        """``data``; the next page starts after ``last_id`` while ``has_more`` is true."""
+        return page.get("data"), page.get("last_id") if page.get("has_more") is True else None
 
     def _parse(self, payload: Any) -> Completion:
         """Join the ``text`` blocks (thinking blocks are reasoning, not the answer); stop_reason refusal."""

@@ -22,35 +22,10 @@ from wildtrace.providers.sse import SSEDecoder, SSEEvent
 #: DeepSeek take it; formats with fewer levels map it to their highest.
 REASONING_LEVELS = ("none", "minimal", "low", "medium", "high", "xhigh")
 
-#: Every ``reasoning_format`` (name -> what it sends), per wire format. ``None`` in a spec
-#: means the wire format's own convention (the first entry of its group, or by route).
-REASONING_FORMATS: dict[str, str] = {
-    # openai wire format (OpenAI and the OpenAI-compatible dialects)
-    "openai": "reasoning_effort: <level> (OpenAI; the openai wire format's default)",
-    "openrouter": "reasoning: {effort: <level>} (OpenRouter's unified field)",
-    "qwen": "enable_thinking: false for none, else enable_thinking: true + thinking_budget (DashScope / Qwen)",
-    "thinking": "thinking: {type: disabled} for none, else {type: enabled} (GLM, Kimi K2.x)",
-    "deepseek": "thinking: {type: disabled} for none, else {type: enabled} + reasoning_effort: <level> (DeepSeek)",
-    "doubao": "thinking: {type: disabled} for none, else {type: enabled} + reasoning_effort "
-              "(Doubao Seed, Volcengine Ark)",
-    "minimax": "reasoning_split: true (reasoning out of the content); none adds thinking: {type: disabled} (MiniMax)",
-    "none": "nothing: the endpoint has no reasoning control",
-    # anthropic wire format
-    "anthropic-budget": "thinking: {type: enabled, budget_tokens: N}; none sends no thinking (Claude before 4.6)",
-    "anthropic-adaptive": "thinking: {type: adaptive} + output_config: {effort: <level>}; none sends no thinking "
-                          "(Claude 4.6+)",
-    # gemini wire format
-    "gemini-budget": "generationConfig.thinkingConfig: {thinkingBudget: N, includeThoughts: true} (Gemini 2.5)",
-    "gemini-level": "generationConfig.thinkingConfig: {thinkingLevel: <level>, includeThoughts: true} (Gemini 3.x)",
-}
-
-#: Which formats each wire format accepts (offline speaks the openai wire format).
-FORMATS_BY_PROVIDER: dict[str, tuple[str, ...]] = {
-    "openai": ("openai", "openrouter", "qwen", "thinking", "deepseek", "doubao", "minimax", "none"),
-    "offline": ("openai", "openrouter", "qwen", "thinking", "deepseek", "doubao", "minimax", "none"),
-    "anthropic": ("anthropic-budget", "anthropic-adaptive", "none"),
-    "gemini": ("gemini-budget", "gemini-level", "none"),
-}
+#: The one ``reasoning_format`` every wire format takes. Each provider class lists its own
+#: (``Provider.reasoning_formats``, name -> what it sends); ``None`` in a spec means the class's
+#: ``default_reasoning_format`` for the route.
+NO_REASONING_CONTROL = "nothing: the endpoint has no reasoning control"
 
 #: Thinking-token budgets for the formats that take a number (Anthropic, Qwen, Gemini 2.5).
 #: Anthropic needs >= 1024; Gemini 2.5 Pro takes 128..32768 (it cannot switch thinking off).
@@ -190,7 +165,7 @@ class EndpointSpec:
     send_temperature: bool = True
     budget_field: str = "max_tokens"
     extra_body: Mapping[str, Any] = field(default_factory=dict)
-    reasoning_format: str | None = None  # how reasoning_effort is sent (REASONING_FORMATS); None = by wire format
+    reasoning_format: str | None = None  # how reasoning_effort is sent (Provider.reasoning_formats); None = by route
     stream: bool = True  # ask for server-sent events (transport only: never part of the cache key)
     max_call_s: float = 3600.0  # the longest a whole call may take (timeout_s bounds each silence)
 
@@ -312,14 +287,70 @@ def merge_extra(body: dict, extra: Mapping[str, Any]) -> dict:
 
 
 class Provider(ABC):
-    """A wire format. Subclasses are pure: no sockets, no clocks, no environment."""
+    """A wire format, and every fact the rest of the harness asks about it.
+
+    Subclasses are pure: no sockets, no clocks, no environment. The class attributes and
+    classmethods are the provider's facts (config, preflight, the model lists and batch mode
+    read them here, never by comparing names), so a new provider is this one class and one
+    line in registry.py. The defaults are the OpenAI-compatible conventions.
+    """
 
     name: ClassVar[str]
     #: Whether the wire format can stream (the HTTP layer streams only when this and spec.stream hold).
     streams: ClassVar[bool] = True
+    #: The temperatures the API accepts; config refuses one outside it before any request.
+    temperature_range: ClassVar[tuple[float, float]] = (0.0, 2.0)
+    #: The ``reasoning_format`` values it takes (name -> what it sends), in the order errors list them.
+    reasoning_formats: ClassVar[Mapping[str, str]] = {"none": NO_REASONING_CONTROL}
+    #: Answered in-process (``answer_locally``): no socket and no key, so no model list to ask, no
+    #: served-model rule (nothing can re-route it), no retired routes, and a gateway leaves it alone.
+    local: ClassVar[bool] = False
+    #: The batch API runtime/batch speaks for it (one of runtime.batch.phase.SUPPORTED), None for none.
+    batch_api: ClassVar[str | None] = None
+    #: Headers every request to the API carries besides the key (an API version): calls, model lists, batches.
+    api_headers: ClassVar[Mapping[str, str]] = {}
 
     def __init__(self, spec: EndpointSpec) -> None:
         self.spec = spec
+
+    @classmethod
+    def default_reasoning_format(cls, route: str) -> str:
+        """The format a spec without ``reasoning_format`` gets: the first listed (formats override by route)."""
+        return next(iter(cls.reasoning_formats))
+
+    @classmethod
+    def check_reasoning(cls, reasoning_format: str | None, level: str | None, route: str | None = None) -> None:
+        """Raise ValueError (naming the choices) for an unknown level, a format this wire format lacks,
+        or (given the route) a level or format the model family cannot take (``family_error``)."""
+        check_level(level)
+        if reasoning_format is not None and reasoning_format not in cls.reasoning_formats:
+            raise ValueError(f"reasoning_format {reasoning_format!r} does not apply to provider {cls.name!r} "
+                             f"(choose from {', '.join(cls.reasoning_formats)})")
+        check_family(route, reasoning_format, level)
+
+    def reasoning_format(self) -> str:
+        """The format this endpoint sends reasoning in: the spec's, else the default for its route."""
+        return self.spec.reasoning_format or self.default_reasoning_format(self.spec.route)
+
+    @classmethod
+    def model_list(cls, token: str | None) -> tuple[str, dict[str, str]]:
+        """(path under base_url, query) of the model list (a free GET) at page ``token``: ``/models``, one page."""
+        return "/models", {}
+
+    @classmethod
+    def model_page(cls, page: Mapping[str, Any]) -> tuple[Any, Any]:
+        """(entries, the next page's token) of one model-list page, as found (the caller checks types)."""
+        return page.get("data"), None
+
+    @classmethod
+    def model_id(cls, entry: Mapping[str, Any]) -> Any:
+        """The route one model-list entry names, as found (the caller checks it is a string)."""
+        return entry.get("id")
+
+    @classmethod
+    def bare_route(cls, route: str) -> str:
+        """A route as the model list spells it (a prefix the API also takes dropped)."""
+        return route
 
     def temperature(self, sampling: Sampling) -> float | None:
         """The temperature to send, or None when the endpoint must not get one."""
@@ -385,20 +416,17 @@ class Provider(ABC):
         return str(payload)[:2000]
 
 
-def check_reasoning(provider: str, reasoning_format: str | None, level: str | None, route: str | None = None) -> None:
-    """Raise ValueError (naming the choices) for an unknown level, a format the wire format lacks,
-    or (given the route) a level or format the model family cannot take (``family_error``)."""
+def check_level(level: str | None) -> None:
+    """Raise ValueError (naming the choices) for a reasoning level no wire format knows."""
     if level is not None and level not in REASONING_LEVELS:
         raise ValueError(f"unknown reasoning_effort {level!r} (choose from {', '.join(REASONING_LEVELS)})")
-    if reasoning_format is not None:
-        allowed = FORMATS_BY_PROVIDER.get(provider, ())
-        if reasoning_format not in allowed:
-            raise ValueError(f"reasoning_format {reasoning_format!r} does not apply to provider {provider!r} "
-                             f"(choose from {', '.join(allowed) or 'none'})")
-    if route is not None:
-        problem = family_error(route, reasoning_format, level)
-        if problem is not None:
-            raise ValueError(problem)
+
+
+def check_family(route: str | None, reasoning_format: str | None, level: str | None) -> None:
+    """Raise ValueError when the route's model family cannot take the level or format (``family_error``)."""
+    problem = family_error(route, reasoning_format, level) if route is not None else None
+    if problem is not None:
+        raise ValueError(problem)
 
 
 def error_status(error: Any, default: int = 500) -> int:

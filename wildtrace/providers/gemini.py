@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from wildtrace.core.records import Completion, Usage
 from wildtrace.providers.base import (
@@ -13,8 +13,8 @@ from wildtrace.providers.base import (
     StreamReader,
     WireRequest,
     as_int,
+    NO_REASONING_CONTROL,
     as_str,
-    check_reasoning,
     merge_extra,
     stream_error,
 )
@@ -46,6 +46,14 @@ class GeminiProvider(Provider):
     """POST {base_url}/v1beta/models/{route}:generateContent with x-goog-api-key."""
 
     name = "gemini"
+    batch_api: ClassVar[str | None] = "gemini"
+    #: How thinking is asked for: a token budget for Gemini 1.x/2.x, a level from 3.x on (by route).
+    reasoning_formats: ClassVar[Mapping[str, str]] = {
+        "gemini-budget": "generationConfig.thinkingConfig: {thinkingBudget: N, includeThoughts: true} (Gemini 2.5)",
+        "gemini-level": "generationConfig.thinkingConfig: {thinkingLevel: <level>, includeThoughts: true} "
+                        "(Gemini 3.x)",
+        "none": NO_REASONING_CONTROL,
+    }
 
     def build_request(self, prompt: str, sampling: Sampling) -> WireRequest:
         """One user content; temperature, ``maxOutputTokens`` and thinkingConfig in ``generationConfig``."""
@@ -58,15 +66,19 @@ class GeminiProvider(Provider):
             config["thinkingConfig"] = thinking
         body = {"contents": [{"role": "user", "parts": [{"text": prompt}]}], "generationConfig": config}
         url = f"{self.spec.base_url.rstrip('/')}/v1beta/models/{self.spec.route}{PLAIN_METHOD}"
-        return WireRequest(url=url, body=merge_extra(body, self.spec.extra_body))
+        return WireRequest(url=url, body=merge_extra(body, self.spec.extra_body), headers=dict(self.api_headers))
+
+    @classmethod
+    def default_reasoning_format(cls, route: str) -> str:
+        """A budget for Gemini 1.x/2.x, a level from 3.x on (``gemini_format``)."""
+        return gemini_format(route)
 
     def _reasoning(self, sampling: Sampling) -> dict[str, Any] | None:
         level = sampling.reasoning_effort
-        check_reasoning(self.name, self.spec.reasoning_format, level, self.spec.route)
+        self.check_reasoning(self.spec.reasoning_format, level, self.spec.route)
         if level is None:
             return None
-        fmt = self.spec.reasoning_format or gemini_format(self.spec.route)
-        return gemini_thinking_config(fmt, level, sampling.max_tokens)
+        return gemini_thinking_config(self.reasoning_format(), level, sampling.max_tokens)
 
     def stream_request(self, request: WireRequest) -> WireRequest:
         """The same body to ``:streamGenerateContent?alt=sse`` (events, not a JSON array)."""
@@ -90,6 +102,27 @@ class GeminiProvider(Provider):
     def auth_headers(self, api_key: str) -> dict[str, str]:
         """The key goes in x-goog-api-key (never in the URL, where logs would keep it)."""
         return {"x-goog-api-key": api_key}
+
+    @classmethod
+    def model_list(cls, token: str | None) -> tuple[str, dict[str, str]]:
+        """``models.list``: ``/v1beta/models``, paged by ``pageToken``."""
+        return "/v1beta/models", {"pageSize": "1000", **({"pageToken": token} if token else {})}
+
+    @classmethod
+    def model_page(cls, page: Mapping[str, Any]) -> tuple[Any, Any]:
+        """``models`` and ``nextPageToken``; an empty page of models.list is ``{}``."""
+        models = page.get("models")
+        return ([] if models is None and not page else models), page.get("nextPageToken")
+
+    @classmethod
+    def model_id(cls, entry: Mapping[str, Any]) -> Any:
+        """An entry's ``name`` (``models/<route>``)."""
+        return entry.get("name")
+
+    @classmethod
+    def bare_route(cls, route: str) -> str:
+        """Without the ``models/`` prefix the API takes on both sides."""
+        return route[len("models/"):] if route.startswith("models/") else route
 
     def _parse(self, payload: Any) -> Completion:
         """First candidate's non-thought text parts (thought parts are reasoning); a block

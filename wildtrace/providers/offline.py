@@ -65,6 +65,8 @@ class OfflineProvider(OpenAIProvider):
 
     name = "offline"
     streams = False  # answered in-process, whole: there is nothing to stream
+    local = True
+    batch_api = None
 
     def stream_request(self, request: WireRequest) -> WireRequest:
         """Unchanged: the offline algorithms answer at once, so ``stream`` has no effect here."""

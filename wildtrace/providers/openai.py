@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from wildtrace.core.records import Completion, Usage
 from wildtrace.providers.base import (
@@ -14,8 +14,8 @@ from wildtrace.providers.base import (
     StreamReader,
     WireRequest,
     as_int,
+    NO_REASONING_CONTROL,
     as_str,
-    check_reasoning,
     merge_extra,
     stream_error,
 )
@@ -90,6 +90,20 @@ class OpenAIProvider(Provider):
     """POST {base_url}/chat/completions with a bearer token."""
 
     name = "openai"
+    batch_api: ClassVar[str | None] = "openai"
+    #: The OpenAI-compatible dialects of reasoning effort (``openai_fields`` builds each); openai first (the default).
+    reasoning_formats: ClassVar[Mapping[str, str]] = {
+        "openai": "reasoning_effort: <level> (OpenAI; the openai wire format's default)",
+        "openrouter": "reasoning: {effort: <level>} (OpenRouter's unified field)",
+        "qwen": "enable_thinking: false for none, else enable_thinking: true + thinking_budget (DashScope / Qwen)",
+        "thinking": "thinking: {type: disabled} for none, else {type: enabled} (GLM, Kimi K2.x)",
+        "deepseek": "thinking: {type: disabled} for none, else {type: enabled} + reasoning_effort: <level> (DeepSeek)",
+        "doubao": "thinking: {type: disabled} for none, else {type: enabled} + reasoning_effort "
+                  "(Doubao Seed, Volcengine Ark)",
+        "minimax": "reasoning_split: true (reasoning out of the content); none adds thinking: {type: disabled} "
+                   "(MiniMax)",
+        "none": NO_REASONING_CONTROL,
+    }
 
     def build_request(self, prompt: str, sampling: Sampling) -> WireRequest:
         """``model``, one user message, the budget under ``budget_field``, temperature if sent,
@@ -101,14 +115,14 @@ class OpenAIProvider(Provider):
             body["temperature"] = temperature
         body.update(self._reasoning(sampling))
         url = self.spec.base_url.rstrip("/") + "/chat/completions"
-        return WireRequest(url=url, body=merge_extra(body, self.spec.extra_body))
+        return WireRequest(url=url, body=merge_extra(body, self.spec.extra_body), headers=dict(self.api_headers))
 
     def _reasoning(self, sampling: Sampling) -> dict[str, Any]:
         level = sampling.reasoning_effort
-        check_reasoning(self.name, self.spec.reasoning_format, level, self.spec.route)
+        self.check_reasoning(self.spec.reasoning_format, level, self.spec.route)
         if level is None:
             return {}
-        return openai_fields(self.spec.reasoning_format or "openai", level, sampling.max_tokens)
+        return openai_fields(self.reasoning_format(), level, sampling.max_tokens)
 
     def stream_request(self, request: WireRequest) -> WireRequest:
         """``stream: true`` and ``stream_options.include_usage`` (so the last chunk carries usage)."""

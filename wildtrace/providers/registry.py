@@ -1,4 +1,8 @@
-"""Provider names → classes: the one place a new wire format is registered."""
+"""Provider names → classes: the one place a new wire format is registered.
+
+A provider is one module (its class holds every fact about it: ``Provider``'s class
+attributes) and one line below; nothing else in the harness names it.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +12,25 @@ from wildtrace.providers.gemini import GeminiProvider
 from wildtrace.providers.offline import OfflineProvider
 from wildtrace.providers.openai import OpenAIProvider
 
-PROVIDERS: dict[str, type[Provider]] = {
-    cls.name: cls for cls in (OpenAIProvider, AnthropicProvider, GeminiProvider, OfflineProvider)
-}
+#: name → class, in the order config's errors list the choices.
+PROVIDERS: dict[str, type[Provider]] = {cls.name: cls for cls in (
+    OpenAIProvider,
+    AnthropicProvider,
+    GeminiProvider,
+    OfflineProvider,
+)}
+
+
+def provider_class(name: str) -> type[Provider]:
+    """The class whose facts apply to a provider name. An unknown name gets the base class's
+    (not local, no batch API, temperatures 0–2): config refuses the name itself where the
+    endpoint is used, and where it is not (the model under stage=judge) nothing else is at stake."""
+    return PROVIDERS.get(name, Provider)
+
+
+def batch_providers() -> list[str]:
+    """The names whose batch API runtime/batch speaks, in registry order."""
+    return [name for name, cls in PROVIDERS.items() if cls.batch_api is not None]
 
 
 def make_provider(spec: EndpointSpec) -> Provider:

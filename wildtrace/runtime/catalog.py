@@ -1,6 +1,7 @@
 """The endpoint's own model list, asked before any paid call: is the route there, retired, or named otherwise?
 
-``python -m wildtrace.check`` asks each endpoint's list where its API offers one:
+``python -m wildtrace.check`` asks each endpoint's list where its API offers one (the provider
+class says where and how it is paged: ``Provider.model_list``, ``model_page``, ``model_id``):
 
 - OpenAI-compatible: ``GET {base_url}/models`` (bearer token); OpenAI's entries may carry
   ``shutdown_date`` (YYYY-MM-DD), which is reported, and a past one is a retired route;
@@ -28,7 +29,7 @@ from typing import Any
 import httpx
 
 from wildtrace.providers.base import EndpointSpec
-from wildtrace.providers.registry import make_provider
+from wildtrace.providers.registry import make_provider, provider_class
 from wildtrace.runtime.http import _ssl_context, proxy_for
 from wildtrace.runtime.secrets import redact
 from wildtrace.runtime.served import default_pattern
@@ -38,8 +39,6 @@ MAX_PAGE_BYTES = 8 << 20
 MAX_PAGES = 50
 MAX_IDS = 100_000
 TIMEOUT_S = 30.0
-#: Anthropic's list needs its API version header, as every Messages call does.
-ANTHROPIC_VERSION = "2023-06-01"
 #: Ark's endpoint ids (``ep-…``) name a deployment, not a model: no list holds them.
 _ENDPOINT_ID = re.compile(r"^ep-[0-9a-z-]+$", re.IGNORECASE)
 
@@ -71,20 +70,13 @@ class _NoList(Exception):
 
 
 def _page_url(spec: EndpointSpec, token: str | None) -> str:
-    base = spec.base_url.rstrip("/")
-    if spec.provider == "anthropic":
-        query = {"limit": "1000", **({"after_id": token} if token else {})}
-        return f"{base}/v1/models?{urllib.parse.urlencode(query)}"
-    if spec.provider == "gemini":
-        query = {"pageSize": "1000", **({"pageToken": token} if token else {})}
-        return f"{base}/v1beta/models?{urllib.parse.urlencode(query)}"
-    return f"{base}/models"
+    path, query = provider_class(spec.provider).model_list(token)
+    return spec.base_url.rstrip("/") + path + (f"?{urllib.parse.urlencode(query)}" if query else "")
 
 
 def _headers(spec: EndpointSpec, key: str | None) -> dict[str, str]:
-    headers = {"accept": "application/json"}
-    if spec.provider == "anthropic":
-        headers["anthropic-version"] = ANTHROPIC_VERSION
+    """Accept JSON, the API's own headers (Anthropic's version, as every Messages call sends) and the key."""
+    headers = {"accept": "application/json", **provider_class(spec.provider).api_headers}
     if key:
         headers.update(make_provider(spec).auth_headers(key))
     return headers
@@ -110,23 +102,18 @@ def _entries(spec: EndpointSpec, page: Any) -> tuple[list[dict], str | None]:
     """(model entries, the next page's token) of one page, in the API's own shape."""
     if not isinstance(page, dict):
         raise _NoList("the body is not a model list")
-    if spec.provider == "gemini":
-        models, token = page.get("models"), page.get("nextPageToken")
-    else:
-        models = page.get("data")
-        token = page.get("last_id") if spec.provider == "anthropic" and page.get("has_more") is True else None
-    if models is None and spec.provider == "gemini" and not page:
-        models = []  # an empty page of models.list is {}
+    models, token = provider_class(spec.provider).model_page(page)
     if not isinstance(models, list):
         raise _NoList("the body is not a model list")
     return [m for m in models if isinstance(m, dict)], token if isinstance(token, str) and token else None
 
 
 def _model_id(spec: EndpointSpec, entry: dict) -> str | None:
-    ident = entry.get("name") if spec.provider == "gemini" else entry.get("id")
+    provider = provider_class(spec.provider)
+    ident = provider.model_id(entry)
     if not isinstance(ident, str) or not ident:
         return None
-    return ident[len("models/"):] if spec.provider == "gemini" and ident.startswith("models/") else ident[:300]
+    return provider.bare_route(ident)[:300]
 
 
 async def list_models(spec: EndpointSpec, key: str | None, transport: httpx.AsyncBaseTransport | None = None,
@@ -161,17 +148,13 @@ async def list_models(spec: EndpointSpec, key: str | None, transport: httpx.Asyn
     return listing
 
 
-def _bare(route: str, provider: str) -> str:
-    return route[len("models/"):] if provider == "gemini" and route.startswith("models/") else route
-
-
 def route_status(spec: EndpointSpec, listing: Listing | None, today: datetime.date | None = None) -> RouteStatus:
     """What the list says of the spec's route; MISSING and RETIRED block the paid preflight call."""
-    if spec.provider == "offline" or listing is None:
+    if provider_class(spec.provider).local or listing is None:
         return RouteStatus(NOT_ASKED, "-")
     if listing.ids is None:
         return RouteStatus(NO_LIST, f"no model list ({listing.why})")
-    route = _bare(spec.route, spec.provider)
+    route = provider_class(spec.provider).bare_route(spec.route)
     by_lower = {i.lower(): i for i in listing.ids}
     found = by_lower.get(route.lower())
     if found is None:

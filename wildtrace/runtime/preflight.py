@@ -17,6 +17,7 @@ from wildtrace.core.judging import parse_judge_reply
 from wildtrace.core.prompts import answer_prompt, judge_prompt
 from wildtrace.core.tasks import RubricItem
 from wildtrace.providers.base import EndpointSpec, Sampling
+from wildtrace.providers.registry import provider_class
 from wildtrace.runtime.cache import Cache
 from wildtrace.runtime.catalog import RouteStatus, list_models, route_status
 from wildtrace.runtime.pipeline import make_endpoint
@@ -88,7 +89,7 @@ async def _one(spec: EndpointSpec, key: str | None, sampling: Sampling, retry: R
 async def model_lists(endpoints: list[tuple[EndpointSpec, str | None]]) -> list[RouteStatus]:
     """What each endpoint's own model list says of its route (free GETs, before any paid call); in order."""
     async def one(spec: EndpointSpec, key: str | None) -> RouteStatus:
-        if spec.provider == "offline":
+        if provider_class(spec.provider).local:
             return route_status(spec, None)
         return route_status(spec, await list_models(spec, key))
 

@@ -31,7 +31,7 @@ from wildtrace.core.events import RunEnd, RunObserver, RunStart
 from wildtrace.core.prompts import PROMPTS_VERSION, prompts_sha256
 from wildtrace.core.tasks import oddities
 from wildtrace.providers.base import EndpointSpec, Sampling
-from wildtrace.providers.registry import make_provider
+from wildtrace.providers.registry import make_provider, provider_class
 from wildtrace.runtime.budget import BudgetError, Ledger
 from wildtrace.runtime.cache import JOURNAL, Cache, StorageError, check_writable, journals_under
 from wildtrace.runtime.dataset import Dataset, load_dataset
@@ -92,7 +92,8 @@ def stage_specs(cfg: WildtraceConfig) -> list[EndpointSpec]:
 
 def key_needs(specs: Sequence[EndpointSpec]) -> list[tuple[str, str, str]]:
     """(config key, variable, endpoint name) for each endpoint that needs a key, as ``read_keys`` takes them."""
-    return [(key_config(s), s.api_key_env, s.name) for s in specs if s.provider != "offline" and s.api_key_env]
+    return [(key_config(s), s.api_key_env, s.name) for s in specs
+            if not provider_class(s.provider).local and s.api_key_env]
 
 
 def samplings(cfg: WildtraceConfig) -> tuple[Sampling, Sampling]:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 from wildtrace.config import ON_MISMATCH, ConfigError
 from wildtrace.core import records as R
 from wildtrace.core.records import CallResult
+from wildtrace.providers.registry import provider_class
 
 if TYPE_CHECKING:
     from wildtrace.config import EndpointConfig, WildtraceConfig
@@ -97,10 +98,10 @@ def policy_of(key: str, endpoint: EndpointConfig, judge: bool) -> ServedPolicy:
 def policies(cfg: WildtraceConfig) -> dict[str, ServedPolicy]:
     """Every endpoint's rule by label ("model", judge keys); offline endpoints have none (nothing can re-route them)."""
     out = {}
-    if cfg.model.provider != "offline":
+    if not provider_class(cfg.model.provider).local:
         out["model"] = policy_of("model", cfg.model, judge=False)
     for key, judge in cfg.judge_panel.judges.items():
-        if judge.provider != "offline":
+        if not provider_class(judge.provider).local:
             out[key] = policy_of(f"judge_panel.judges.{key}", judge, judge=True)
     return out
 

@@ -24,7 +24,6 @@ from wildtrace.core.caps import decide
 from wildtrace.core.prompts import judge_prompt
 from wildtrace.core.records import CallResult
 from wildtrace.core.tasks import Task
-from wildtrace.providers.anthropic import ANTHROPIC_VERSION
 from wildtrace.runtime.batch.anthropic import AnthropicBatch
 from wildtrace.runtime.batch.base import LINE_OVERHEAD, BatchAPI, Control
 from wildtrace.runtime.batch.gemini import GeminiBatch
@@ -39,8 +38,14 @@ from wildtrace.runtime.served import enforce
 
 log = logging.getLogger(__name__)
 
-#: Wire formats with a batch API here.
-SUPPORTED = ("openai", "anthropic", "gemini")
+#: The batch APIs spoken here, by the name a provider class gives its own (``Provider.batch_api``):
+#: (control, endpoint, the synchronous call's URL) -> the API.
+APIS: dict[str, Callable[[Control, Endpoint, str], BatchAPI]] = {
+    "openai": lambda control, endpoint, url: OpenAIBatch(control, url),
+    "anthropic": lambda control, endpoint, url: AnthropicBatch(control),
+    "gemini": lambda control, endpoint, url: GeminiBatch(control, url, endpoint.max_response_bytes + LINE_OVERHEAD),
+}
+SUPPORTED = tuple(APIS)
 
 
 @dataclass(frozen=True)
@@ -55,18 +60,15 @@ class BatchSettings:
 
 
 def api_for(endpoint: Endpoint, url: str) -> BatchAPI:
-    """The batch API of an endpoint's wire format (validated in config: openai, anthropic, gemini)."""
+    """The batch API its provider class names (validated in config: ``Provider.batch_api`` is set)."""
     spec = endpoint.provider.spec
-    headers = {"anthropic-version": ANTHROPIC_VERSION} if spec.provider == "anthropic" else {}
+    make = APIS.get(type(endpoint.provider).batch_api or "")
+    if make is None:
+        raise ValueError(f"{endpoint.label}: provider {spec.provider!r} has no batch mode here "
+                         f"(choose from {', '.join(SUPPORTED)})")
+    headers = dict(endpoint.provider.api_headers)
     control = Control(spec.base_url, endpoint.auth, headers, endpoint.retry, min(spec.timeout_s, 600.0))
-    if spec.provider == "anthropic":
-        return AnthropicBatch(control)
-    if spec.provider == "openai":
-        return OpenAIBatch(control, url)
-    if spec.provider == "gemini":
-        return GeminiBatch(control, url, endpoint.max_response_bytes + LINE_OVERHEAD)
-    raise ValueError(f"{endpoint.label}: provider {spec.provider!r} has no batch mode here "
-                     f"(choose from {', '.join(SUPPORTED)})")
+    return make(control, endpoint, url)
 
 
 def _known(endpoint: Endpoint, key: str) -> CallResult | None:
