@@ -63,6 +63,10 @@ class AnthropicProvider(Provider):
             headers={"anthropic-version": ANTHROPIC_VERSION},
         )
 
+    def budget_path(self) -> tuple[str, ...]:
+        """Always ``max_tokens`` here, whatever the endpoint's budget field."""
+        return ("max_tokens",)
+
     def _reasoning(self, sampling: Sampling) -> dict[str, Any]:
         level = sampling.reasoning_effort
         check_reasoning(self.name, self.spec.reasoning_format, level, self.spec.route)
