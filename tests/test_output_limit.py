@@ -12,9 +12,11 @@ import json
 
 import pytest
 
-from conftest import TEST_KEY_ENV, make_task, settings, write_release
+from conftest import TEST_KEY_ENV, endpoint_spec, make_task, settings, write_release
 from loopback import Call, LoopbackServer, Reply, chat_stream, sse
 from wildtrace.core import records as R
+from wildtrace.providers.base import Sampling
+from wildtrace.providers.registry import make_provider
 from wildtrace.runtime.run import run
 
 DOC = "The pump failed at 03:14 because the seal was worn. " * 10
@@ -175,3 +177,20 @@ def test_a_rerun_of_a_lowered_model_pays_nothing_twice(tmp_path, release):
     assert again.stats["cache_hits"] == 3
     note = f"max_tokens lowered to 2048 (documented limit, {SOURCE}): provider rejected {SPEC}"
     assert all(r["cached"] and note in r["notes"] for r in rows_of(again))
+
+
+@pytest.mark.parametrize(("provider", "spec", "path"), [
+    ("openai", {}, ("max_tokens",)),
+    ("openai", {"budget_field": "max_completion_tokens"}, ("max_completion_tokens",)),
+    ("anthropic", {"budget_field": "max_completion_tokens"}, ("max_tokens",)),  # always max_tokens there
+    ("gemini", {}, ("generationConfig", "maxOutputTokens")),
+])
+def test_each_format_reads_and_sets_its_budget_where_it_keeps_it(provider, spec, path):
+    p = make_provider(endpoint_spec(provider, **spec))
+    request = p.build_request("What failed?", Sampling(0.1, SPEC))
+    lowered = p.with_budget(request, 2048)
+    assert p.budget_path() == path and p.budget(request) == SPEC and p.budget(lowered) == 2048
+    assert p.budget(p.stream_request(lowered)) == 2048  # the streamed form keeps it
+    unchanged = json.loads(json.dumps(request.body))  # the original request is not touched
+    assert p.with_budget(lowered, SPEC).body == unchanged and request.body == unchanged
+    assert (lowered.url, dict(lowered.headers)) == (request.url, dict(request.headers))
