@@ -463,7 +463,8 @@ def test_output_limit_warning(overrides, warned):
         budget = effective_max_tokens(cfg.model, cfg.decoding)
         assert found == [f"model {cfg.model.name} documents an output limit of {limit} tokens ({source}); the run "
                          f"sends {cfg.model.budget_field}={budget} as the spec (§2) asks: the provider may cap "
-                         f"answers at {limit} or reject the request"]
+                         f"answers at {limit} or reject the request, and a rejected call is sent again with "
+                         f"{limit}, noted on its record"]
 
 
 def test_minimax_still_gets_the_spec_budget_and_warns_in_the_run(tmp_path, monkeypatch):

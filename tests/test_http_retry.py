@@ -29,7 +29,7 @@ from wildtrace.providers.registry import make_provider
 from wildtrace.runtime import http as http_mod
 from wildtrace.runtime.cache import Cache
 from wildtrace.runtime.http import Endpoint, encode_body, is_storable, local_transport
-from wildtrace.runtime.retry import TRANSIENT_STATUS, RetryPolicy, parse_retry_after
+from wildtrace.runtime.retry import RetryPolicy, parse_retry_after
 
 FAST = RetryPolicy(backoff_base_s=0.001, backoff_max_s=0.01)
 SECRET = "sk-test-SECRET-0123456789abcdef"
@@ -288,10 +288,6 @@ def test_context_length_other_providers(provider, status, body):
 def test_plain_400_is_not_context_length():
     result, _ = call(Script(resp(400, error_body("Unrecognized request argument supplied: foo"))))
     assert result.reason == R.HTTP_ERROR
-
-
-def test_transient_status_table():
-    assert frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529}) == TRANSIENT_STATUS
 
 
 @pytest.mark.parametrize("status", [408, 409, 425, 429, 500, 502, 503, 504, 529])

@@ -165,7 +165,8 @@ class ModelConfig(EndpointConfig):
     #: Long answers from reasoning models on million-character prompts stay silent for minutes.
     timeout_s: float = 900.0
     #: The provider's documented output-token limit (null = not documented/checked); the spec's
-    #: budget is still sent, and a run whose budget exceeds it warns (config_check.output_limit_warning).
+    #: budget is still sent, and a run whose budget exceeds it warns (config_check.output_limit_warning);
+    #: a call the provider rejects for its budget is sent again with this limit (docs/providers-dialects.md).
     max_output_tokens: Optional[int] = None
     #: Where that limit is documented (named in the warning).
     max_output_tokens_source: Optional[str] = None

@@ -257,7 +257,8 @@ def output_limit_warning(settings: WildtraceConfig) -> list[tuple[str, str]]:
     """The budget sent exceeds the model's documented output limit (``model.max_output_tokens``).
 
     The spec's budget (§2) is still what is sent: the warning says the provider may cap the
-    answer there or reject the request, with the limit and where it is documented."""
+    answer there or reject the request (then the call goes again at the limit, noted on its
+    record: runtime/retry.next_step), with the limit and where it is documented."""
     model = settings.model
     budget = effective_max_tokens(model, settings.decoding)
     limit = model.max_output_tokens
@@ -267,7 +268,7 @@ def output_limit_warning(settings: WildtraceConfig) -> list[tuple[str, str]]:
     return [("output_limit",
              f"model {model.name} documents an output limit of {limit} tokens ({source}); the run sends "
              f"{model.budget_field}={budget} as the spec (§2) asks: the provider may cap answers at {limit} "
-             "or reject the request")]
+             f"or reject the request, and a rejected call is sent again with {limit}, noted on its record")]
 
 
 def spec_warnings(settings: WildtraceConfig) -> list[tuple[str, str]]:

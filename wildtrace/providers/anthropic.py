@@ -78,6 +78,10 @@ class AnthropicProvider(Provider):
         """Adaptive from Claude 4.6 on, else a budget (``anthropic_format``)."""
         return anthropic_format(route)
 
+    def budget_path(self) -> tuple[str, ...]:
+        """Always ``max_tokens`` here, whatever the endpoint's budget field."""
+        return ("max_tokens",)
+
     def _reasoning(self, sampling: Sampling) -> dict[str, Any]:
         level = sampling.reasoning_effort
         self.check_reasoning(self.spec.reasoning_format, level, self.spec.route)

@@ -168,6 +168,8 @@ class EndpointSpec:
     reasoning_format: str | None = None  # how reasoning_effort is sent (Provider.reasoning_formats); None = by route
     stream: bool = True  # ask for server-sent events (transport only: never part of the cache key)
     max_call_s: float = 3600.0  # the longest a whole call may take (timeout_s bounds each silence)
+    max_output_tokens: int | None = None  # the model's documented output limit (None: not known)
+    max_output_tokens_source: str | None = None  # where that limit is documented
 
 
 @dataclass(frozen=True)
@@ -371,6 +373,29 @@ class Provider(ABC):
     def without_temperature(self, request: WireRequest) -> WireRequest:
         """The same request with temperature removed (for an endpoint that rejects it)."""
         body = {k: v for k, v in request.body.items() if k != "temperature"}
+        return WireRequest(url=request.url, body=body, headers=dict(request.headers))
+
+    def budget_path(self) -> tuple[str, ...]:
+        """Where the output budget sits in a request body: the endpoint's budget field by default."""
+        return (self.spec.budget_field,)
+
+    def budget(self, request: WireRequest) -> int | None:
+        """The output budget a request carries (None when it carries none)."""
+        node: Any = request.body
+        for key in self.budget_path():
+            node = node.get(key) if isinstance(node, Mapping) else None
+        return node if isinstance(node, int) and not isinstance(node, bool) else None
+
+    def with_budget(self, request: WireRequest, budget: int) -> WireRequest:
+        """The same request with its output budget set to ``budget`` (for an endpoint that rejects more)."""
+        *parents, last = self.budget_path()
+        body = dict(request.body)
+        node = body
+        for key in parents:
+            inner = node.get(key)
+            node[key] = dict(inner) if isinstance(inner, Mapping) else {}
+            node = node[key]
+        node[last] = budget
         return WireRequest(url=request.url, body=body, headers=dict(request.headers))
 
     def temperature_sent(self, request: WireRequest) -> bool | str:

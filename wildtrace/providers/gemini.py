@@ -91,6 +91,10 @@ class GeminiProvider(Provider):
         """A reader of GenerateContentResponse chunks."""
         return GeminiStreamReader()
 
+    def budget_path(self) -> tuple[str, ...]:
+        """The budget lives in ``generationConfig`` here."""
+        return ("generationConfig", "maxOutputTokens")
+
     def without_temperature(self, request: WireRequest) -> WireRequest:
         """Temperature lives in ``generationConfig`` here."""
         body = dict(request.body)

@@ -13,8 +13,10 @@ only place that retries, times out, bounds and caches:
   the server's hints; a 2xx that holds no answer of the wire format (``choices: []``, an
   empty body, an HTML page) is a bad response, retried the same way and never cached; a
   quota refusal fails this and every later call of the endpoint at once; a 400 that rejects
-  temperature is sent again without it (not an attempt), and so is every request prepared
-  before that was learned, before it is sent;
+  temperature is sent again without it (not an attempt), a 400 that rejects the output budget
+  is sent again with the model's documented limit when one is known (not an attempt either),
+  and so is every request prepared before that was learned, before it is sent. The decision
+  for each attempt is ``retry.next_step`` (pure); ``_fetch`` is the loop that acts on it;
 - every reply is scrubbed of the run's keys where it enters (a 2xx that echoes the key, too),
   and every error text and raw failure body is redacted before it is recorded.
 """
@@ -46,23 +48,11 @@ from wildtrace.providers.base import IncompleteStream, Provider, StreamError, Wi
 from wildtrace.runtime.budget import Ticket
 from wildtrace.runtime.cache import Cache, StorageError, cache_key
 from wildtrace.runtime.ratelimit import AdaptiveLimit
-from wildtrace.runtime.retry import FAIL, QUOTA, RetryPolicy, classify, retry_hint, temperature_rejected
+from wildtrace.runtime.retry import Quota, Resend, Retry, RetryPolicy, Seen, failure_reason, next_step, retry_hint
 from wildtrace.runtime.secrets import ECHO_NOTE, redact, scrub
 
 log = logging.getLogger(__name__)
 
-#: Phrases providers use when the prompt does not fit the window (a 400, not a crash).
-CONTEXT_LENGTH_MARKERS = (
-    "context_length_exceeded",
-    "context length",
-    "context window",
-    "maximum context",
-    "prompt is too long",
-    "too many tokens",
-    "input is too long",
-    "exceeds the maximum number of tokens",
-    "input token count",
-)
 #: The replicate index, told to in-process answerers only (the offline provider's sampling seed).
 REPLICATE_HEADER = "x-wildtrace-replicate"
 #: An error body is kept to this many bytes; the provider's message is in its first lines.
@@ -266,7 +256,7 @@ class Attempt:
     bad: str | None = None  # a 2xx whose bytes could not be read (an encoding): why
     size: int = 0  # the body's (decoded) bytes; -1: not read
     head: bytes = b""  # its first HEAD_BYTES, for the failure text of a bad response
-    stale: bool = False  # not sent: prepared with temperature before the endpoint was learned to reject it
+    stale: bool = False  # not sent: prepared before the endpoint learned to drop temperature or lower the budget
 
     @property
     def success(self) -> bool:
@@ -284,10 +274,6 @@ class Prepared:
     content: bytes  #: ``encode_body(request.body)``
     key: str  #: the cache key
     material: dict  #: what the key was made from (stored beside the outcome)
-
-
-#: What ``_fetch`` returns when the endpoint rejected temperature: resend without it.
-_RESEND = object()
 
 
 class Endpoint:
@@ -331,6 +317,7 @@ class Endpoint:
         self.retries = 0
         self.hits = 0
         self.temperature_dropped = False
+        self.budget_lowered: int | None = None  # the documented limit sent since the endpoint rejected more
         self.quota_error: str | None = None
         self.served_models: dict[str, int] = {}
         self.storage_error: StorageError | None = None  # the first store that failed; the run stops sending
@@ -374,9 +361,9 @@ class Endpoint:
         ``ticket``: the call's claim on a spend cap, reserved on a cache miss just before sending
         (runtime/budget.py); refused, the call is not sent and comes back ``budget_exhausted``.
         """
+        asked = self.provider.budget(request) if self.provider.spec.max_output_tokens is not None else None
         while True:
-            if self.temperature_dropped:
-                request = self.provider.without_temperature(request)
+            request = self._as_learned(request)
             if prepared is None or prepared.request is not request or prepared.replicate != replicate:
                 prepared = self.prepare(request, replicate)
             content, key, material = prepared.content, prepared.key, prepared.material
@@ -392,10 +379,9 @@ class Endpoint:
                 if ticket is not None and not await ticket.reserve():
                     return ticket.refusal()  # never stored: a rerun with a higher cap sends it
                 result = await self._fetch(request, content, cost_tokens, replicate)
-                if result is _RESEND:
-                    continue
-                assert isinstance(result, CallResult)
-                result = self._finish(result, request)
+                if isinstance(result, Resend):
+                    continue  # rebuilt with what the endpoint learned; looked up again under its new key
+                result = self._finish(self._budget_noted(result, request, asked), request)
                 # Stored from a thread: an fsync must not hold up every other call's I/O.
                 if is_storable(result) and self.cache.enabled:
                     result = await asyncio.to_thread(self._store, key, material, result)
@@ -448,7 +434,8 @@ class Endpoint:
         return replace(result, error=redact(result.error), raw=scrub(result.raw)[0])  # iterative: any depth
 
     async def _fetch(self, request: WireRequest, content: bytes, cost_tokens: int,
-                     replicate: int) -> CallResult | object:
+                     replicate: int) -> CallResult | Resend:
+        """Attempts until ``retry.next_step`` ends them: an outcome, or a Resend (not an attempt of the task)."""
         started, started_at = time.perf_counter(), time.time()
 
         def failed(reason: str, error: str | None, attempts: int, attempt: Attempt | None = None) -> CallResult:
@@ -465,41 +452,46 @@ class Endpoint:
             wire = replace(wire, headers={**wire.headers, REPLICATE_HEADER: str(replicate)})
         for attempt_no in range(1, self.retry.max_retries + 2):
             attempt = await self._send(wire, content, cost_tokens)
-            if attempt.stale:
-                return _RESEND  # prepared before temperature was learned to be rejected: rebuilt, never sent
-            bad = attempt.bad is not None
-            if attempt.success:
-                result = self._received(attempt, attempt_no, time.perf_counter() - started)
-                if result.reason != R.BAD_RESPONSE:
-                    return replace(result, started_at=started_at)
-                bad, error = True, result.error or ""
-            elif bad:
-                error = self._arrived(attempt, attempt.bad or "")
-            elif attempt.too_large:
-                return failed(R.RESPONSE_TOO_LARGE, f"response body larger than {self.max_response_bytes} bytes "
-                              "(max_response_mb, counted after decoding); not kept", attempt_no, attempt)
-            elif attempt.status in (400, 422) and self._has_temperature(request) \
-                    and temperature_rejected(attempt.status, attempt.payload):
-                if not self.temperature_dropped:  # calls in flight meanwhile were rejected too: warn once
-                    self._drop_temperature(attempt)
-                return _RESEND  # not an attempt of the task: the same request goes again without temperature
+            result = self._received(attempt, attempt_no, time.perf_counter() - started) if attempt.success else None
+            if result is not None and result.reason != R.BAD_RESPONSE:
+                return replace(result, started_at=started_at)
+            seen = self._seen(attempt, attempt_no, request, result)
+            step = next_step(seen, self.retry)
+            if isinstance(step, Retry):
+                self.retries += 1
+                self.on_retry(self.label)
+                await asyncio.sleep(self.retry.delay(attempt_no, step.retry_after, self._rng))
+            elif isinstance(step, Resend):
+                self._learn(step, attempt, seen.budget)
+                return step
+            elif isinstance(step, Quota):
+                self.quota_error = step.error
+                log.warning("%s: quota or spend limit reached (%s); the endpoint's remaining calls fail at once",
+                            self.label, redact(step.error))
+                return failed(R.QUOTA, step.error, attempt_no, attempt)
             else:
-                error = attempt.failure or self._http_error(attempt)
-                verdict = None if attempt.failure else classify(attempt.status, attempt.headers, attempt.payload)
-                if verdict == QUOTA:
-                    self.quota_error = error
-                    log.warning("%s: quota or spend limit reached (%s); the endpoint's remaining calls fail at once",
-                                self.label, redact(error))
-                    return failed(R.QUOTA, error, attempt_no, attempt)
-                if verdict == FAIL:
-                    return failed(self._reason(attempt), error, attempt_no, attempt)
-            if attempt_no > self.retry.max_retries:  # a bad response keeps its own reason: it says what arrived
-                return failed(R.BAD_RESPONSE if bad else R.RETRIES_EXHAUSTED, error, attempt_no, attempt)
-            self.retries += 1
-            self.on_retry(self.label)
-            hint = retry_hint(attempt.headers, attempt.payload) if attempt.status is not None else None
-            await asyncio.sleep(self.retry.delay(attempt_no, hint, self._rng))
-        raise AssertionError("a retry loop of max_retries + 1 attempts ends inside the loop")
+                return failed(step.reason, step.error, attempt_no, attempt)
+        raise AssertionError("next_step ends a loop of max_retries + 1 attempts inside it")
+
+    def _seen(self, attempt: Attempt, attempt_no: int, request: WireRequest, result: CallResult | None) -> Seen:
+        """An attempt that brought no answer, as the plain facts ``next_step`` decides on."""
+        if result is not None:  # a 2xx that is not an answer of the wire format
+            error = result.error or ""
+        elif attempt.bad is not None:
+            error = self._arrived(attempt, attempt.bad)
+        elif attempt.too_large:
+            error = (f"response body larger than {self.max_response_bytes} bytes (max_response_mb, counted after "
+                     "decoding); not kept")
+        else:
+            error = attempt.failure or self._http_error(attempt)
+        rejected = attempt.status in (400, 422)
+        spec = self.provider.spec
+        return Seen(attempt_no, attempt.status, attempt.headers, attempt.payload, error,
+                    bad=result is not None or attempt.bad is not None, too_large=attempt.too_large,
+                    stale=attempt.stale, temperature=rejected and self._has_temperature(request),
+                    budget=self.provider.budget(request) if rejected and spec.max_output_tokens is not None else None,
+                    output_limit=spec.max_output_tokens,
+                    retry_after=retry_hint(attempt.headers, attempt.payload) if attempt.status is not None else None)
 
     # ------------------------------------------------------------------ one attempt
 
@@ -508,9 +500,9 @@ class Endpoint:
         slot = await self._slots.get()
         attempt = Attempt(failure="transport_error: not sent")
         try:
-            # The rule may have been learned while this waited for its turn (or backed off):
-            # such a request is rebuilt without temperature, never sent as it was prepared.
-            if self.temperature_dropped and self._has_temperature(wire):
+            # A rule may have been learned while this waited for its turn (or backed off): such a
+            # request is rebuilt (without temperature, with the lowered budget), never sent as prepared.
+            if self._outdated(wire):
                 attempt = Attempt(stale=True)
             else:
                 attempt = self._undisguise(await self._attempt(slot, wire, content))
@@ -616,6 +608,50 @@ class Endpoint:
     def _has_temperature(self, request: WireRequest) -> bool:
         return self.provider.without_temperature(request).body != request.body
 
+    def _as_learned(self, request: WireRequest) -> WireRequest:
+        """The request as this endpoint now sends it: without temperature, within the lowered budget."""
+        if self.temperature_dropped:
+            request = self.provider.without_temperature(request)
+        if self.budget_lowered is not None:
+            budget = self.provider.budget(request)
+            if budget is not None and budget > self.budget_lowered:
+                request = self.provider.with_budget(request, self.budget_lowered)
+        return request
+
+    def _outdated(self, wire: WireRequest) -> bool:
+        """Prepared before the endpoint learned a rule that changes it (it must not be sent as it is)."""
+        if self.temperature_dropped and self._has_temperature(wire):
+            return True
+        if self.budget_lowered is None:
+            return False
+        budget = self.provider.budget(wire)
+        return budget is not None and budget > self.budget_lowered
+
+    def _learn(self, step: Resend, attempt: Attempt, asked: int | None) -> None:
+        """Remember what the rejection taught, for every later request; warn once for each rule."""
+        if step.drop_temperature and not self.temperature_dropped:  # calls in flight meanwhile: warn once
+            self._drop_temperature(attempt)
+        if step.lower_budget_to is not None and self.budget_lowered is None:
+            self._lower_budget(step.lower_budget_to, asked, attempt)
+
+    def _lower_budget(self, limit: int, asked: int | None, attempt: Attempt) -> None:
+        self.budget_lowered = limit
+        spec, name = self.provider.spec, self.provider.budget_path()[-1]
+        source = spec.max_output_tokens_source or "source not recorded"
+        log.warning("%s (%s): the endpoint rejects %s=%s (%s); sending %s=%d, the model's documented limit (%s), "
+                    "for the rest of this run, and noting it on each such call", self.label, spec.route, name, asked,
+                    redact(self._http_error(attempt)), name, limit, source)
+
+    def _budget_noted(self, result: CallResult, request: WireRequest, asked: int | None) -> CallResult:
+        """A call sent with a lowered budget says so in its notes (stored with it, so a cache hit says so too)."""
+        sent = self.provider.budget(request) if asked is not None else None
+        if sent is None or sent == asked:
+            return result
+        source = self.provider.spec.max_output_tokens_source or "source not recorded"
+        note = (f"{self.provider.budget_path()[-1]} lowered to {sent} (documented limit, {source}): "
+                f"provider rejected {asked}")
+        return replace(result, notes=(*result.notes, note))
+
     def _drop_temperature(self, attempt: Attempt) -> None:
         self.temperature_dropped = True
         log.warning("%s (%s): the endpoint rejects temperature (%s); sending every request of this run "
@@ -650,7 +686,7 @@ class Endpoint:
     @staticmethod
     def failure_reason(attempt: Attempt) -> str:
         """A final failure's reason: context_length when the provider says the prompt does not fit."""
-        return Endpoint._reason(attempt)
+        return failure_reason(attempt.status, attempt.payload)
 
     @staticmethod
     def _redirect(attempt: Attempt) -> str:
@@ -659,13 +695,6 @@ class Endpoint:
         where = f"a redirect to {preview(location.encode(), LOCATION_CHARS)}" if location \
             else "a redirect without a Location header"
         return f"HTTP {attempt.status}: {where} (not followed: point base_url at the endpoint itself)"
-
-    @staticmethod
-    def _reason(attempt: Attempt) -> str:
-        text = json.dumps(attempt.payload, default=str).lower() if attempt.payload is not None else ""
-        if attempt.status in (400, 413, 422) and any(m in text for m in CONTEXT_LENGTH_MARKERS):
-            return R.CONTEXT_LENGTH
-        return R.HTTP_ERROR
 
 
 async def _replay(data: bytes) -> AsyncIterator[bytes]:

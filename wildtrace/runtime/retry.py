@@ -6,9 +6,11 @@ and is never retried ("no retries on content").
 Everything here is pure (no socket, no clock unless one is passed): ``retry_hint`` reads
 how long the server asks us to wait, ``classify`` says whether a failed attempt is worth
 another (``RETRY``), can never succeed until someone pays or waits a day (``QUOTA``), or is
-final (``FAIL``), and ``temperature_rejected`` recognises the 400 a model gives when it
-does not take a temperature. Bytes from outside are read within fixed bounds and never
-make these functions raise.
+final (``FAIL``), ``temperature_rejected`` and ``budget_rejected`` recognise the 400 a model
+gives when it does not take a temperature or so large an output budget, and ``next_step``
+puts them together: the whole rule for an attempt that brought no answer, as one of
+``Retry``, ``Resend``, ``Fail`` or ``Quota`` (``Endpoint._fetch`` is a loop around it).
+Bytes from outside are read within fixed bounds and never make these functions raise.
 """
 
 from __future__ import annotations
@@ -16,17 +18,16 @@ from __future__ import annotations
 import datetime
 import email.utils
 import itertools
+import json
 import math
 import random
 import re
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
-#: Statuses the current ``Endpoint.call`` retries (kept for it until it calls ``classify``,
-#: which also retries every other 5xx such as a CDN's 520–524).
-TRANSIENT_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
+from wildtrace.core import records as R
 
 #: ``classify`` results.
 OK = "ok"  # a 2xx: nothing to retry
@@ -100,6 +101,46 @@ _TEMPERATURE_REJECTED = re.compile(
     r"|(?:dont|do not) support temperature="
 )
 _QUOTES = str.maketrans("", "", "`'\"\\")
+
+#: Phrases providers use when the prompt does not fit the window (a 400, not a crash).
+CONTEXT_LENGTH_MARKERS = (
+    "context_length_exceeded",
+    "context length",
+    "context window",
+    "maximum context",
+    "prompt is too long",
+    "too many tokens",
+    "input is too long",
+    "exceeds the maximum number of tokens",
+    "input token count",
+)
+
+#: The names an output budget goes by in a request (lower case, as ``error_text`` reads them).
+_BUDGET = r"(?:max_tokens|max_completion_tokens|max_output_tokens|maxoutputtokens|max_new_tokens)"
+#: How each provider says "this output budget is more than the model can give" (body text,
+#: quotes and backticks removed, lower case). OpenAI: "max_tokens is too large: 8192. This model
+#: supports at most 4096 completion tokens, whereas you provided 8192." (param max_tokens, code
+#: invalid_value; NextChat#3195, forgecode#1185); vLLM: "'max_tokens' or 'max_completion_tokens' is
+#: too large: 64000. …"; Anthropic: "max_tokens: 128001 > 64000, which is the maximum allowed number of
+#: output tokens for claude-opus-4-5-20251101" (claude-code#24451); Gemini: "Unable to submit request
+#: because it has a maxOutputTokens value of 65536 but the supported range is from 1 (inclusive) to
+#: 65536 (exclusive)." (litellm#10548); DeepSeek: "Invalid max_tokens value, the valid range of
+#: max_tokens is [1, 8192]" (DeepSeek-V3#69); DashScope (Qwen): "Range of max_tokens should be
+#: [1, 8192]" (open-webui#10507); Ark (Doubao): "The parameter `max_tokens` specified in the request
+#: are not valid: integer above maximum value, expected a value <= 32768, but got 64000 instead.";
+#: Groq-served Kimi: "max_tokens must be less than or equal to 16384, …"; Zhipu: "max_tokens参数非法。
+#: 请检查文档。" (lobehub#1398: an illegal value; only acted on when the budget sent is above the limit).
+_BUDGET_REJECTED = re.compile("|".join((
+    rf"{_BUDGET}(?: or {_BUDGET})? is too large",
+    rf"{_BUDGET}: \d+ > \d+",
+    r"maximum allowed number of output tokens",
+    rf"{_BUDGET} value of \d+ but the supported range",
+    rf"valid range of {_BUDGET}",
+    rf"range of {_BUDGET} should be",
+    rf"parameter {_BUDGET} specified in the request (?:is|are) not valid: integer above maximum",
+    rf"{_BUDGET} must be (?:less than or equal to|at most|between)",
+    rf"{_BUDGET} ?参数非法",
+)))
 
 #: The most ``max_retries`` a config may set. The spec's rule is 5; more is allowed for a flaky
 #: gateway, but a million would retry a dead endpoint for days (and once overflowed the backoff).
@@ -376,3 +417,125 @@ def temperature_rejected(status: int, payload: Any) -> bool:
         if error.get("param") == "temperature" and error.get("code") in ("unsupported_value", "unsupported_parameter"):
             return True
     return _TEMPERATURE_REJECTED.search(error_text(payload).translate(_QUOTES)) is not None
+
+
+def budget_rejected(status: int | None, payload: Any) -> bool:
+    """True for a 400 (or a gateway's 422) saying the output budget is above what the model takes.
+
+    Matches each provider's wording (``_BUDGET_REJECTED``), also when a gateway wraps the upstream
+    body in its own message. Acted on only with a documented limit below the budget sent
+    (``next_step``): anything else stays the failure the provider said it was.
+    """
+    if status not in (400, 422):
+        return False
+    return _BUDGET_REJECTED.search(error_text(payload).translate(_QUOTES)) is not None
+
+
+def failure_reason(status: int | None, payload: Any) -> str:
+    """A final failure's reason: ``context_length`` when the provider says the prompt does not fit."""
+    text = json.dumps(payload, default=str).lower() if payload is not None else ""
+    if status in (400, 413, 422) and any(m in text for m in CONTEXT_LENGTH_MARKERS):
+        return R.CONTEXT_LENGTH
+    return R.HTTP_ERROR
+
+
+# --------------------------------------------------------------------------------------
+# The rule for one attempt: next_step
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What ``next_step`` knows of one attempt that brought no answer: plain data, read already.
+
+    The HTTP layer fills it: ``error`` is the attempt's failure in words (a transport error, the
+    provider's message, what arrived instead of an answer), ``retry_after`` the server's wait
+    (``retry_hint``, read with the clock there), ``budget`` the output budget the request carried
+    and ``output_limit`` the model's documented limit (None: not known).
+    """
+
+    attempt_no: int  #: 1-based: the first attempt is 1
+    status: int | None = None  #: None: a timeout or transport failure
+    headers: Mapping[str, str] = field(default_factory=dict)
+    payload: Any = None  #: the decoded error body
+    error: str = ""
+    bad: bool = False  #: a 2xx that holds no answer of the wire format (or whose bytes did not decode)
+    too_large: bool = False  #: the body passed the size bound
+    stale: bool = False  #: not sent: prepared before the endpoint learned a rule that changes it
+    temperature: bool = False  #: the request carries a temperature
+    budget: int | None = None
+    output_limit: int | None = None
+    retry_after: float | None = None
+
+
+@dataclass(frozen=True)
+class Retry:
+    """Try the same bytes again after ``RetryPolicy.delay(attempt_no, retry_after, rng)``."""
+
+    retry_after: float | None = None  #: the server's wait, if it named one
+
+
+@dataclass(frozen=True)
+class Resend:
+    """Send the logical request again, rebuilt; not an attempt of the task.
+
+    Both fields unset: rebuild it with what the endpoint already knows (a stale request).
+    """
+
+    drop_temperature: bool = False  #: the endpoint rejects temperature: omit it from now on
+    lower_budget_to: int | None = None  #: the endpoint rejects the budget: send the documented limit
+
+
+@dataclass(frozen=True)
+class Fail:
+    """A final outcome: the call failed with ``reason`` (a records reason) and ``error``."""
+
+    reason: str
+    error: str
+
+
+@dataclass(frozen=True)
+class Quota:
+    """A quota or spend-limit refusal: this call and every later one of the endpoint fail at once."""
+
+    error: str
+
+
+Step = Retry | Resend | Fail | Quota
+
+
+def next_step(seen: Seen, policy: RetryPolicy) -> Step:
+    """What to do after an attempt that brought no answer; pure (no I/O, clock or randomness).
+
+    In order: a stale request is rebuilt; a bad 2xx is retried (and keeps its own reason when the
+    retries run out); a body past the size bound fails; a rejected temperature, and a rejected
+    budget above a documented limit, resend; then ``classify``: a quota stops the endpoint, a
+    final status fails (``context_length`` when the prompt does not fit), anything transient
+    retries until ``policy.max_retries`` retries are spent.
+    """
+    if seen.stale:
+        return Resend()
+    if seen.too_large and not seen.bad:
+        return Fail(R.RESPONSE_TOO_LARGE, seen.error)
+    if not seen.bad and seen.status is not None:
+        resend = _resend(seen)
+        if resend is not None:
+            return resend
+        verdict = classify(seen.status, seen.headers, seen.payload)
+        if verdict == QUOTA:
+            return Quota(seen.error)
+        if verdict == FAIL:
+            return Fail(failure_reason(seen.status, seen.payload), seen.error)
+    if seen.attempt_no > policy.max_retries:
+        return Fail(R.BAD_RESPONSE if seen.bad else R.RETRIES_EXHAUSTED, seen.error)
+    return Retry(seen.retry_after if seen.status is not None else None)
+
+
+def _resend(seen: Seen) -> Resend | None:
+    """A 400/422 the request itself can cure: the endpoint takes no temperature, or less budget."""
+    if seen.temperature and temperature_rejected(seen.status or 0, seen.payload):
+        return Resend(drop_temperature=True)
+    if seen.output_limit is not None and seen.budget is not None and seen.budget > seen.output_limit \
+            and budget_rejected(seen.status, seen.payload):
+        return Resend(lower_budget_to=seen.output_limit)
+    return None

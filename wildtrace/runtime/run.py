@@ -18,7 +18,7 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -76,8 +76,11 @@ def endpoint_spec(label: str, e: EndpointConfig, budget_field: str = "max_tokens
 
 
 def model_spec(cfg: WildtraceConfig) -> EndpointSpec:
-    """The model under test as an endpoint."""
-    return endpoint_spec("model", cfg.model, cfg.model.budget_field)
+    """The model under test as an endpoint, with its documented output limit (a budget rejection
+    above it is resent at the limit: runtime/retry.next_step)."""
+    return replace(endpoint_spec("model", cfg.model, cfg.model.budget_field),
+                   max_output_tokens=cfg.model.max_output_tokens,
+                   max_output_tokens_source=cfg.model.max_output_tokens_source)
 
 
 def judge_specs(cfg: WildtraceConfig) -> list[EndpointSpec]:
