@@ -69,9 +69,13 @@ def test_panel_mean_uses_available_judges(scores, mean):
 
 import json  # noqa: E402
 import math  # noqa: E402
-import time  # noqa: E402
+import re  # noqa: E402
+import re._parser as re_parser  # noqa: E402 - CPython's own pattern parser (3.11+), to inspect a pattern's shape
+import sys  # noqa: E402
+from collections.abc import Callable, Iterator  # noqa: E402
+from types import FrameType  # noqa: E402
 
-from wildtrace.core import jsonsafe  # noqa: E402
+from wildtrace.core import judging, jsonsafe  # noqa: E402
 from wildtrace.core.judging import MAX_REPLY_CHARS, graded_objects, outermost  # noqa: E402
 
 BIG_INT = "9" * 10_000
@@ -112,9 +116,10 @@ HOSTILE = [
 
 @pytest.mark.parametrize(("reply", "total"), [c[1:] for c in HOSTILE], ids=[c[0] for c in HOSTILE])
 def test_hostile_replies(reply, total):
-    started = time.perf_counter()
+    # Bounded and linear, counted (a clock fails on a busy machine): at most 20 steps a character
+    # read, and only the last MAX_REPLY_CHARS are read; quadratic would be billions on the 1 MB cases.
+    assert parser_steps(reply) <= 20 * min(len(reply), MAX_REPLY_CHARS) + 2_000
     verdict = parse_judge_reply(reply)
-    assert time.perf_counter() - started < 2.0  # quadratic would take minutes on the 1 MB cases
     if total is None:
         assert not verdict.available and verdict.reason == "no_numeric_total" and verdict.parsed is None
     else:
@@ -154,19 +159,120 @@ def test_a_total_nested_in_a_grade_is_part_of_it_and_grades_that_disagree_are_am
 LINEAR_UNITS = ["{", '{"a":', '{"a":"{"', '"{"', '{"total":1,', '{"a":[', '{"x":1}{', '{"total": 5} ', "[" * 3 + "{"]
 
 
-@pytest.mark.parametrize("unit", LINEAR_UNITS)
-def test_parsing_time_is_linear(unit):
-    def seconds(size: int) -> float:
-        reply = (unit * (size // len(unit) + 1))[:size]
-        best = math.inf
-        for _ in range(3):
-            started = time.perf_counter()
-            parse_judge_reply(reply)
-            best = min(best, time.perf_counter() - started)
-        return best
+class _CountedPattern:
+    """A compiled pattern of the parser's that adds the characters each search passes over to ``steps``.
 
-    small, large = seconds(12_500), seconds(50_000)
-    assert large / max(small, 1e-4) < 10  # 4x the size: ~4x the time; quadratic would be ~16x
+    The parser's patterns have no alternation to backtrack into: a search costs the span it
+    passes over, so counting spans counts the regex engine's work without a clock.
+    """
+
+    def __init__(self, pattern: re.Pattern, steps: list[int]) -> None:
+        self.pattern, self.steps = pattern, steps
+
+    def match(self, text: str, pos: int = 0) -> re.Match | None:
+        found = self.pattern.match(text, pos)
+        self.steps[0] += (found.end() - pos if found else 0) + 1
+        return found
+
+    def fullmatch(self, text: str) -> re.Match | None:
+        self.steps[0] += len(text) + 1
+        return self.pattern.fullmatch(text)
+
+    def finditer(self, text: str) -> Iterator[re.Match]:
+        cursor = 0
+        for found in self.pattern.finditer(text):
+            self.steps[0] += found.end() - cursor + 1
+            cursor = found.end()
+            yield found
+        self.steps[0] += len(text) - cursor + 1
+
+
+def parser_steps(reply: str) -> int:
+    """The work ``parse_judge_reply`` does on ``reply``, counted, not timed (a busy machine moves times):
+    each line of the parser's own code run, plus each character its C primitives pass over (its
+    regular expressions and json's string scanner, the only calls whose cost grows with the text)."""
+    steps = [0]
+    parser_files = {judging.__file__, jsonsafe.__file__}
+    scanstring = json.decoder.scanstring  # type: ignore[attr-defined]
+
+    def counted_scanstring(text: str, end: int, strict: bool = True) -> tuple[str, int]:
+        try:
+            value, stop = scanstring(text, end, strict)
+        except json.JSONDecodeError as exc:
+            steps[0] += exc.pos - end + 1
+            raise
+        steps[0] += stop - end
+        return value, stop
+
+    def line(frame: FrameType, event: str, arg: object) -> Callable:
+        if event == "line":
+            steps[0] += 1
+        return line
+
+    def call(frame: FrameType, event: str, arg: object) -> Callable | None:
+        return line if frame.f_code.co_filename in parser_files else None
+
+    with pytest.MonkeyPatch.context() as patch:
+        for name in ("_WS", "_NUMBER", "_CANDIDATE"):
+            patch.setattr(judging, name, _CountedPattern(getattr(judging, name), steps))
+        patch.setattr(json.decoder, "scanstring", counted_scanstring)
+        previous = sys.gettrace()
+        sys.settrace(call)
+        try:
+            parse_judge_reply(reply)
+        finally:
+            sys.settrace(previous)
+    return steps[0]
+
+
+@pytest.mark.parametrize("unit", LINEAR_UNITS)
+def test_parsing_work_is_linear(unit):
+    def steps(size: int) -> int:
+        return parser_steps((unit * (size // len(unit) + 1))[:size])
+
+    small, large = steps(4_000), steps(16_000)
+    assert small > 4_000 // len(unit)  # the count sees the work: at least a step per unit of the reply
+    assert large <= 4.5 * small, (small, large)  # 4x the size: 4x the work; quadratic would be ~16x
+
+
+def _backtracking(tree: list, inside_unbounded: bool = False) -> str | None:
+    """What in a parsed pattern can make a search cost more than its span, or None.
+
+    Lookarounds and backreferences re-read the text; an unbounded repeat inside another can
+    try every split of a run. The parser's patterns have none, which is what lets
+    ``_CountedPattern`` count a search as its span.
+    """
+    for op, arg in tree:
+        name = str(op)
+        if name in ("ASSERT", "ASSERT_NOT") or name.startswith("GROUPREF"):
+            return name
+        if name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
+            unbounded = arg[1] == re_parser.MAXREPEAT
+            if unbounded and inside_unbounded:
+                return "an unbounded repeat inside another"
+            found = _backtracking(arg[2], inside_unbounded or unbounded)
+        elif name == "SUBPATTERN":
+            found = _backtracking(arg[-1], inside_unbounded)
+        elif name == "BRANCH":
+            found = next(filter(None, (_backtracking(b, inside_unbounded) for b in arg[1])), None)
+        else:
+            found = None
+        if found:
+            return found
+    return None
+
+
+@pytest.mark.parametrize("name", ["_WS", "_NUMBER", "_CANDIDATE"])
+def test_parser_patterns_cannot_backtrack(name):
+    pattern = getattr(judging, name)
+    assert _backtracking(re_parser.parse(pattern.pattern, pattern.flags)) is None, pattern.pattern
+
+
+@pytest.mark.parametrize(("pattern", "found"), [
+    (r"\{(?=.*\Z)", "ASSERT"), (r"(?!x)a", "ASSERT_NOT"), (r"(a)\1", "GROUPREF"),
+    (r"(?:a+)*b", "an unbounded repeat inside another"), (r"(?:[0-9]+)?x", None)])
+def test_the_backtracking_check_sees_what_backtracks(pattern, found):
+    assert _backtracking(re_parser.parse(pattern)) == found
 
 
 # --------------------------------------------------------------------------------------

@@ -78,8 +78,8 @@ def test_one_run_with_the_headline(audited):
     (mlrun,) = audited["runs"]
     s = audited["scores"]
     assert mlrun.info.status == "FINISHED"
-    assert mlrun.data.metrics["overall"] == pytest.approx(s["overall"])
-    assert mlrun.data.metrics["scored"] == pytest.approx(s["scored"])
+    assert mlrun.data.metrics["overall"] == pytest.approx(s["overall"], abs=0.005)
+    assert mlrun.data.metrics["scored"] == pytest.approx(s["scored"], abs=0.005)
     assert mlrun.data.metrics["n_out_of_context"] == 1 and mlrun.data.metrics["n_failed"] == 1
     assert mlrun.data.metrics["judge.b.unavailable_rate"] == pytest.approx(0.5)
     assert mlrun.data.metrics["agreement.a__b.mad"] == pytest.approx(0.2)  # ok1: |0.5 - 0.7|
@@ -98,7 +98,8 @@ def test_params_and_tags(audited):
     assert t["dataset.tasks_sha256"] == audited["result"].stats["dataset"]["tasks_sha256"]
     assert t["wildtrace.git_commit"] and t["run_date"].startswith("20") and "cap" in t["context_policy"]
     assert t["replicate.decoding"] == "0" and t["replicate.judge_panel"] == "0"
-    assert re.fullmatch(r"custom · offline · t=0\.1 mt=8192 · rep=0/0 · \d\d-\d\d \d\d:\d\d:\d\d", mlrun.info.run_name)
+    assert re.fullmatch(r"custom · offline · t=0\.1 mt=8192 · answer replicate 0 · judge replicate 0 · "
+                        r"\d\d-\d\d \d\d:\d\d:\d\d", mlrun.info.run_name)
     assert p["decoding.temperature_sent"] == "true"
 
 
@@ -171,7 +172,7 @@ def test_tracking_server_down_costs_nothing_and_upload_logs_later(tmp_path, capl
     assert upload.main([str(result.out_dir), "--tracking-uri", uri]) == 0
     client = MlflowClient(tracking_uri=uri)
     (mlrun,) = client.search_runs([client.get_experiment_by_name("wildtrace").experiment_id])
-    assert mlrun.data.metrics["overall"] == pytest.approx(result.summary["overall"])
+    assert mlrun.data.metrics["overall"] == pytest.approx(result.summary["overall"], abs=0.005)
     assert json.loads((result.out_dir / "mlflow.json").read_text())["run_id"] == mlrun.info.run_id
     assert len(client.search_traces(run_id=mlrun.info.run_id, locations=[mlrun.info.experiment_id])) == 3
 

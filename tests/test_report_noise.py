@@ -459,13 +459,15 @@ def _named(judges: list[str], overrides: list[str]) -> str:
 
 @pytest.mark.parametrize("judges,overrides,expected", [
     (["balanced", "lenient", "strict"], ["judge_panel=offline_panel"],
-     "extractive · offline_panel · t=0.1 mt=8192 · rep=0/1 · 12-01 10:00:05"),
+     "extractive · offline_panel · t=0.1 mt=8192 · answer replicate 0 · judge replicate 1 · 12-01 10:00:05"),
     (["balanced", "lenient"], ["judge_panel=offline_panel", "~judge_panel.judges.strict"],
-     "extractive · offline_panel judges=balanced,lenient · t=0.1 mt=8192 · rep=0/1 · 12-01 10:00:05"),
+     "extractive · offline_panel judges=balanced,lenient · t=0.1 mt=8192 · answer replicate 0 · judge replicate 1 · "
+     "12-01 10:00:05"),
     (["balanced", "lenient", "strict", "x"], ["+judge_panel.judges.x={name: x}"],
-     "extractive · offline_panel judges=balanced,lenient,strict,x · t=0.1 mt=8192 · rep=0/1 · 12-01 10:00:05"),
+     "extractive · offline_panel judges=balanced,lenient,strict,x · t=0.1 mt=8192 · answer replicate 0 · "
+     "judge replicate 1 · 12-01 10:00:05"),
     (["balanced", "lenient", "strict"], ["judge_panel.judges.strict.route=other"],  # a setting, not membership
-     "extractive · offline_panel · t=0.1 mt=8192 · rep=0/1 · 12-01 10:00:05"),
+     "extractive · offline_panel · t=0.1 mt=8192 · answer replicate 0 · judge replicate 1 · 12-01 10:00:05"),
 ])
 def test_mlflow_run_names_name_an_ablations_members(judges, overrides, expected):
     assert _named(judges, overrides) == expected

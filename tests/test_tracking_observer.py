@@ -167,7 +167,8 @@ def test_run_finished_and_named_for_a_person(logged):
     run = logged["s"].client().get_run(logged["run_id"])
     assert run.info.status == "FINISHED"
     # the temperature was dropped (run_stats.temperature_dropped): the name and params say so
-    assert re.fullmatch(r"custom · offline · t=— mt=8192 · rep=0/0 · 12-01 10:00:05", run.info.run_name)
+    assert re.fullmatch(r"custom · offline · t=— mt=8192 · answer replicate 0 · judge replicate 0 · 12-01 10:00:05",
+                        run.info.run_name)
     assert run.data.params["decoding.temperature_sent"] == "false"
     t = run.data.tags
     assert t["wildtrace.warning.reasoning_budget"] == "reasoning model under 32768 tokens"

@@ -18,12 +18,13 @@ def config(send: bool = True, t: float = 0.1, reps: tuple[int, int] = (0, 0)) ->
 
 @pytest.mark.parametrize(("cfg", "stats", "date", "expected"), [
     (config(), {"effective_max_tokens": 32768}, "2026-12-01T10:00:05+00:00",
-     "gpt-5.4 · paper · t=0.1 mt=32768 · rep=0/0 · 12-01 10:00:05"),
+     "gpt-5.4 · paper · t=0.1 mt=32768 · answer replicate 0 · judge replicate 0 · 12-01 10:00:05"),
     (config(send=False, t=0.3), {"effective_max_tokens": 32768}, "2026-12-01T10:00:05+00:00",
-     "gpt-5.4 · paper · t=— mt=32768 · rep=0/0 · 12-01 10:00:05"),  # not sent: a sweep must not look like 3 settings
+     # not sent: a sweep must not look like 3 settings
+     "gpt-5.4 · paper · t=— mt=32768 · answer replicate 0 · judge replicate 0 · 12-01 10:00:05"),
     (config(t=0.3), {"effective_max_tokens": 8192, "temperature_dropped": ["model"]}, None,
-     "gpt-5.4 · paper · t=— mt=8192 · rep=0/0"),  # dropped by the run; no date, no time stamp
-    (config(reps=(1, 2)), {}, "garbage", "gpt-5.4 · paper · t=0.1 mt=auto · rep=1/2"),
+     "gpt-5.4 · paper · t=— mt=8192 · answer replicate 0 · judge replicate 0"),  # dropped by the run; no time stamp
+    (config(reps=(1, 2)), {}, "garbage", "gpt-5.4 · paper · t=0.1 mt=auto · answer replicate 1 · judge replicate 2"),
 ])
 def test_run_names(cfg, stats, date, expected):
     assert run_name(cfg, stats, date) == expected

@@ -18,6 +18,7 @@ import pandas as pd
 
 from wildtrace.core import views
 from wildtrace.core.records import OUT_OF_CONTEXT
+from wildtrace.tracking import readable
 
 RUN_FILES = ("scores.json", "responses.json", "judgments.json", "run_stats.json", "config.json")
 MAX_PARAM_CHARS = 6000
@@ -104,16 +105,20 @@ def short_time(run_date: str | None) -> str:
 
 
 def run_name(config: Mapping, stats: Mapping, run_date: str | None) -> str:
-    """model · panel · t= · mt= · rep · time: what tells runs apart in MLflow's lists.
+    """model · panel · t= · mt= · answer replicate · judge replicate · time: what tells runs apart
+    in MLflow's lists.
 
     ``t=—`` when the temperature was not sent: a temperature sweep over such a model must not
-    look like several settings.
+    look like several settings. The replicates are spelled out, as the config names them
+    (``decoding.replicate``, ``judge_panel.replicate``; 0 is the first): ``rep=0/1`` had to be
+    looked up.
     """
     d = config["decoding"]
     t = d["temperature"] if temperature_sent(config, stats) else "—"
     mt = stats.get("effective_max_tokens") or d.get("max_tokens") or "auto"
     parts = [str(config["model"]["name"]), str(config["judge_panel"]["name"]), f"t={t} mt={mt}",
-             f"rep={d['replicate']}/{config['judge_panel']['replicate']}", short_time(run_date)]
+             f"answer replicate {d['replicate']}", f"judge replicate {config['judge_panel']['replicate']}",
+             short_time(run_date)]
     return " · ".join(p for p in parts if p)
 
 
@@ -187,15 +192,15 @@ def _frames(rd: RunDir) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def _score_metrics(s: Mapping) -> dict[str, Any]:
-    m: dict[str, Any] = {}
-    for key in ("overall", "scored", "n_total", "n_scored", "n_out_of_context", "n_failed", "n_unscored", "n_missing",
+    m: dict[str, Any] = {k: readable.percent(s[k]) for k in ("overall", "scored") if s.get(k) is not None}
+    for key in ("n_total", "n_scored", "n_out_of_context", "n_failed", "n_unscored", "n_missing",
                 "n_budget_exhausted"):
         if s.get(key) is not None:
             m[key] = s[key]
     for judge, row in s.get("judges", {}).items():
         for key in ("mean", "unavailable_rate", "n"):
             if row.get(key) is not None:
-                m[metric_name("judge", judge, key)] = row[key]
+                m[metric_name("judge", judge, key)] = row[key] if key == "n" else readable.fraction(row[key])
     return m
 
 
@@ -205,7 +210,7 @@ def _breakdown_metrics(rd: RunDir) -> dict[str, Any]:
     for pair, row in views.agreement(judgments).items():
         for key in ("mad", "corr"):
             if row[key] is not None:
-                m[metric_name("agreement", pair.replace("~", "__"), key)] = row[key]
+                m[metric_name("agreement", pair.replace("~", "__"), key)] = readable.fraction(row[key])
     if not len(tasks):
         return m
     for column, label in ((views.PARADIGM, "paradigm"), (views.TIER, "tier")):
@@ -214,12 +219,13 @@ def _breakdown_metrics(rd: RunDir) -> dict[str, Any]:
         for row in views.breakdown(tasks[[views.QID, views.STATUS, views.SCORE]], tasks, column).to_dict("records"):
             for key in ("all", "scored"):
                 if row[key] is not None and row[key] == row[key]:
-                    m[metric_name(label, row[column], key)] = 100.0 * row[key]
+                    m[metric_name(label, row[column], key)] = readable.percent(100.0 * row[key])
     return m
 
 
 def metrics_of(rd: RunDir) -> dict[str, float]:
-    """Headline, counts, per judge, agreement, per paradigm and tier, tokens, requests, time."""
+    """Headline, counts, per judge, agreement, per paradigm and tier, tokens, requests, time;
+    rounded for reading in MLflow (``tracking.readable``: the run's files keep full precision)."""
     m = {**_score_metrics(rd.scores or {}), **_breakdown_metrics(rd)}
     for usage in views.token_totals(rd.responses).values():
         for key, value in usage.items():
@@ -229,9 +235,11 @@ def metrics_of(rd: RunDir) -> dict[str, float]:
             m[metric_name("tokens", "judge", judge, key)] = value
     for label, count in rd.stats.get("requests", {}).items():
         m[metric_name("requests", label)] = count
-    for key in ("retries", "cache_hits", "wall_s"):
+    for key in ("retries", "cache_hits"):
         if key in rd.stats:
             m[key] = rd.stats[key]
+    if "wall_s" in rd.stats:
+        m["wall_s"] = readable.seconds(rd.stats["wall_s"])
     m.update(cost_metrics(rd.stats.get("cost") or {}))
     return {k: float(v) for k, v in m.items()}
 
@@ -240,10 +248,10 @@ def cost_metrics(cost: Mapping) -> dict[str, float]:
     """``cost_usd`` (the run) and ``cost_usd.<endpoint>``; an unknown cost is no metric, never a 0."""
     m: dict[str, float] = {}
     if isinstance(cost.get("total_usd"), (int, float)):
-        m["cost_usd"] = cost["total_usd"]
+        m["cost_usd"] = readable.usd(cost["total_usd"])
     for label, row in (cost.get("endpoints") or {}).items():
         if isinstance(row, Mapping) and isinstance(row.get("cost_usd"), (int, float)):
-            m[metric_name("cost_usd", label)] = row["cost_usd"]
+            m[metric_name("cost_usd", label)] = readable.usd(row["cost_usd"])
     if isinstance(cost.get("not_sent_budget"), int) and cost["not_sent_budget"]:
         m["not_sent_budget"] = cost["not_sent_budget"]
     return m

@@ -12,6 +12,10 @@ trace, one trace at a time, which on SQLite costs about 35 ms a trace.
 Honest times: a span is timed by the row's ``started_at``/``latency_s``, which for a call
 served from the cache are THIS run's lookup; such a span says ``wildtrace.cached=true`` and
 keeps the paid call's latency as ``wildtrace.original_latency_s``.
+
+Numbers a person reads are rounded (``tracking.readable``: latencies to the ms, costs to
+the cent and 4 significant digits, 0–1 scores to 4 decimals); span times and the run's
+files keep full precision.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from typing import Any
 
 from wildtrace.core.events import TaskDone
 from wildtrace.core.records import OUT_OF_CONTEXT
+from wildtrace.tracking import readable
 from wildtrace.tracking.rundir import RunDir, task_status_of
 from wildtrace.tracking.store import open_store
 
@@ -89,13 +94,13 @@ def token_usage(usage: Any) -> dict[str, int] | None:
 
 def call_attributes(row: Mapping, model: str | None) -> dict[str, Any]:
     """What a call span says about itself: attempts, cache, served model, temperature, usage."""
-    attrs: dict[str, Any] = {"attempts": row.get("attempts"), "latency_s": row.get("latency_s"),
+    attrs: dict[str, Any] = {"attempts": row.get("attempts"), "latency_s": readable.seconds(row.get("latency_s")),
                              "finish_reason": str(row.get("finish_reason")),
                              "wildtrace.cached": bool(row.get("cached")), MESSAGE_FORMAT: "openai"}
     if row.get("cached"):
-        attrs["wildtrace.original_latency_s"] = row.get("original_latency_s")
-        attrs["wildtrace.original_cost_usd"] = row.get("original_cost_usd")
-    attrs["wildtrace.cost_usd"] = row.get("cost_usd")  # None (unknown) is left off, never written as 0
+        attrs["wildtrace.original_latency_s"] = readable.seconds(row.get("original_latency_s"))
+        attrs["wildtrace.original_cost_usd"] = readable.usd(row.get("original_cost_usd"))
+    attrs["wildtrace.cost_usd"] = readable.usd(row.get("cost_usd"))  # None (unknown) is left off, never written as 0
     if row.get("batched"):  # sent through the provider's batch API (runtime/batch): its discount applies
         attrs["wildtrace.batched"] = True
     if row.get("temperature_sent") is not None:
@@ -208,9 +213,10 @@ def _answer_draft(done: TaskDone, target: TraceTarget, default: tuple[int, int])
 def _judge_draft(j: Mapping, target: TraceTarget, default: tuple[int, int]) -> _Draft:
     start, end = window(j) or default
     attrs = call_attributes(j, j.get("served_model") or target.judge_routes.get(j["judge"]))
-    attrs.update({"judge": j["judge"], "total": j.get("total"), "score": j.get("score"), "status": j["status"]})
+    score = readable.fraction(j.get("score"))
+    attrs.update({"judge": j["judge"], "total": j.get("total"), "score": score, "status": j["status"]})
     return _Draft(f"judge {j['judge']}", "CHAT_MODEL", start, end, chat_in(j.get("prompt")),
-                  chat_out(j.get("reply"), j.get("finish_reason"), total=j.get("total"), score=j.get("score"),
+                  chat_out(j.get("reply"), j.get("finish_reason"), total=j.get("total"), score=score,
                            status=j["status"], reason=j.get("reason")),
                   {k: v for k, v in attrs.items() if v is not None}, parent=0)
 
@@ -289,7 +295,7 @@ def feedbacks(trace_id: str, done: TaskDone, target: TraceTarget) -> list:
     from mlflow.entities import AssessmentSource, Feedback
 
     return [Feedback(
-        name=f"judge/{j['judge']}", value=j.get("score"), trace_id=trace_id,
+        name=f"judge/{j['judge']}", value=readable.fraction(j.get("score")), trace_id=trace_id,
         source=AssessmentSource(source_type="LLM_JUDGE", source_id=target.judge_routes.get(j["judge"], j["judge"])),
         rationale=j.get("reason") or cap_text(j.get("reply")),
         metadata={"total": str(j.get("total")), "status": j["status"]}) for j in done.judgments]
