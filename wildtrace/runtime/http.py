@@ -296,7 +296,7 @@ class Endpoint:
         self.cache = cache or Cache(Path(), enabled=False)
         self.on_retry = on_retry or (lambda label: None)
         self.max_response_bytes = max_response_bytes
-        self._local = hasattr(provider, "answer_locally")
+        self._local = type(provider).local  # answered in-process (answer_locally)
         self.streaming = spec.stream and provider.streams and not self._local
         self._rng = random.Random(seed)
         self._auth = provider.auth_headers(api_key) if api_key else {}
