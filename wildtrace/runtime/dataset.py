@@ -32,8 +32,9 @@ class DocumentInfo:
 
 
 #: What else is done with a document while its text is in memory for measuring: it gets the
-#: tasks that use the document, its measurement and its text (runtime/plan.py makes the
-#: answer requests there, so a document is read once per run). Called from the measuring threads.
+#: tasks that use the document, its measurement and its text (runtime/plan.py decides its caps
+#: and makes its answer requests there, so a document is read once for the plan). Called from the
+#: measuring threads.
 DocumentStep = Callable[[list[Task], DocumentInfo, str], None]
 
 

@@ -31,7 +31,7 @@ from wildtrace.providers.registry import make_provider
 from wildtrace.runtime.batch import BatchSettings
 from wildtrace.runtime.budget import Ledger
 from wildtrace.runtime.cache import Cache, cache_key
-from wildtrace.runtime.dataset import Dataset, DocumentInfo, load_dataset
+from wildtrace.runtime.dataset import Dataset, DocumentInfo, DocumentStep, load_dataset
 from wildtrace.runtime.http import Endpoint, encode_body, local_transport
 from wildtrace.runtime.responses import load_responses
 from wildtrace.runtime.retry import RetryPolicy
@@ -170,19 +170,21 @@ def given_responses(cfg: WildtraceConfig, dataset: Dataset) -> dict[str, dict] |
     return load_responses(cfg.responses, {t.question_id for t in dataset.tasks})
 
 
-def _answer_requests(model: Provider, caps: Caps, sampling: Sampling, replicate: int,
-                     planned: dict[str, PlannedAnswer]) -> Callable[[list[Task], DocumentInfo, str], None]:
-    """The per-document step of the dataset's one read: each in-scope task's answer request, keyed."""
-    spec = model.spec
+def _document_step(caps: Caps, model: Provider | None, sampling: Sampling, replicate: int,
+                   decisions: dict[str, CapsDecision], planned: dict[str, PlannedAnswer]) -> DocumentStep:
+    """The plan's part of the dataset's one read of a document: its caps decision, and each of its
+    tasks' answer request, keyed (none out of context, none without a model: stage=judge)."""
 
     def plan_document(tasks: list[Task], info: DocumentInfo, text: str) -> None:
-        if not decide(info.chars, info.ideographs, caps).in_scope:
+        decision = decide(info.chars, info.ideographs, caps)
+        decisions.update((task.question_id, decision) for task in tasks)
+        if model is None or not decision.in_scope:
             return  # never requested: no request to make
         for task in tasks:
             prompt = answer_prompt(task.question_text, text)
             request = model.build_request(prompt, sampling)
             content = encode_body(request.body)
-            key, _ = cache_key(spec.provider, request.url, spec.route, content, replicate)
+            key, _ = cache_key(model.spec.provider, request.url, model.spec.route, content, replicate)
             planned[task.question_id] = PlannedAnswer(key, sha256_text(prompt), len(prompt), len(content),
                                                       model.temperature_sent(request))
 
@@ -195,13 +197,11 @@ def build_plan(cfg: WildtraceConfig) -> Plan:
     providers = {s.label: make_provider(s) for s in specs}
     answer_sampling, judge_sampling = samplings(cfg)
     caps = cfg.model.caps
+    found: dict[str, CapsDecision] = {}
     planned: dict[str, PlannedAnswer] = {}
-    model = providers.get("model")
-    visit = _answer_requests(model, caps, answer_sampling, cfg.decoding.replicate, planned) \
-        if model is not None else None
-    dataset = load_dataset(cfg.dataset.tasks, cfg.dataset.corpus, cfg.dataset.ids, cfg.dataset.limit, visit)
-    decisions = {t.question_id: decide(dataset.document(t).chars, dataset.document(t).ideographs, caps)
-                 for t in dataset.tasks}
+    step = _document_step(caps, providers.get("model"), answer_sampling, cfg.decoding.replicate, found, planned)
+    dataset = load_dataset(cfg.dataset.tasks, cfg.dataset.corpus, cfg.dataset.ids, cfg.dataset.limit, step)
+    decisions = {t.question_id: found[t.question_id] for t in dataset.tasks}  # in task order
     return Plan(dataset=dataset, specs=specs, providers=providers, caps=caps, decisions=decisions,
                 answer_sampling=answer_sampling, judge_sampling=judge_sampling,
                 answer_replicate=cfg.decoding.replicate, judge_replicate=cfg.judge_panel.replicate,
