@@ -19,6 +19,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "wildtrace" / "config.py"
+#: Schemas the config uses from the core, by file: the one type of an idea lives where the spec does.
+CORE_SCHEMAS = {ROOT / "wildtrace" / "core" / "caps.py": ("Caps",)}
 PAGE = ROOT / "docs" / "configuration-reference.md"
 
 
@@ -79,9 +81,16 @@ def schemas(source: Path = SOURCE) -> list[Schema]:
     return out
 
 
+def all_schemas() -> list[Schema]:
+    """The core's schemas the config uses, then every schema of wildtrace/config.py."""
+    core = [s for path, names in CORE_SCHEMAS.items() for s in schemas(path) if s.name in names]
+    return core + schemas()
+
+
 def render(found: list[Schema]) -> str:
     parts = ["# Configuration reference", "",
-             "Generated from the schemas in `wildtrace/config.py` by `python scripts/config_reference.py`; "
+             "Generated from the schemas in `wildtrace/config.py` (and `Caps` in `wildtrace/core/caps.py`) by "
+             "`python scripts/config_reference.py`; "
              "a test fails when it is stale. Each run's composed config is the root schema "
              "(`WildtraceConfig`); the groups (`model`, `judge_panel`, `decoding`, `dataset`, `access`) fill "
              "its parts. Override any key on the command line: `python -m wildtrace decoding.temperature=0.4`.", ""]
@@ -104,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if the page is stale or a field is undocumented")
     args = parser.parse_args(argv)
-    found = schemas()
+    found = all_schemas()
     page = render(found)
     missing = undocumented(found)
     if args.check:

@@ -25,7 +25,8 @@ from wildtrace.providers.base import Sampling
 from wildtrace.providers.registry import make_provider
 from wildtrace.runtime.budget import TEMPLATE_TOKENS
 from wildtrace.runtime.http import encode_body
-from wildtrace.runtime.run import EXIT_BUDGET, model_spec, run
+from wildtrace.runtime.plan import model_spec
+from wildtrace.runtime.run import EXIT_BUDGET, run
 
 #: Output-heavy, so an item's worst case (max_tokens out) is close to what it really costs.
 PRICE = {"input_per_mtok": "0.01", "output_per_mtok": "100", "batch_discount": "0.5"}

@@ -32,7 +32,7 @@ from wildtrace.providers.registry import make_provider
 from wildtrace.runtime.cache import Cache
 from wildtrace.runtime.http import Endpoint
 from wildtrace.runtime.retry import RetryPolicy
-from wildtrace.runtime.run import model_spec
+from wildtrace.runtime.plan import model_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = RetryPolicy(max_retries=2, backoff_base_s=0.001, backoff_max_s=0.005)

@@ -19,15 +19,14 @@ import pytest
 
 from conftest import TEST_KEY_ENV, make_task, openai_judge, settings, write_release
 from loopback import Call, LoopbackServer, Reply, chat, error
-from wildtrace.config import caps_of
 from wildtrace.core.prompts import answer_prompt
 from wildtrace.providers.registry import make_provider
 from wildtrace.runtime import pipeline
 from wildtrace.runtime.cache import Cache
-from wildtrace.runtime.dataset import load_dataset
 from wildtrace.runtime.http import encode_body
+from wildtrace.runtime.plan import Plan, build_plan, model_spec, samplings
 from wildtrace.runtime.retry import RetryPolicy
-from wildtrace.runtime.run import judge_specs, model_spec, run, samplings
+from wildtrace.runtime.run import run
 
 DOC = "The pump failed at 03:14 because the seal was worn. " * 20
 N = 12
@@ -126,7 +125,7 @@ def test_a_stop_leaves_no_request_being_prepared(tmp_path, test_key, monkeypatch
 
     tasks, corpus = release(tmp_path, 40)
     with LoopbackServer(respond) as server:
-        plan = build_plan(config(tmp_path, server, tasks, corpus))
+        plan = connected_plan(config(tmp_path, server, tasks, corpus))
 
         async def main():
             stop = pipeline.Stop()
@@ -163,15 +162,9 @@ def sampling(cfg):
     return samplings(cfg)[0]
 
 
-def build_plan(cfg) -> pipeline.Plan:
+def connected_plan(cfg) -> Plan:
     """The plan run() would make, without run()'s signal handling (the test stops it itself)."""
-    dataset = load_dataset(cfg.dataset.tasks, cfg.dataset.corpus)
-    cache = Cache(Path(cfg.cache.dir), cfg.cache.enabled)
-    retry = RetryPolicy(0, 0.001, 0.005, 1.0)
-    key = os.environ[TEST_KEY_ENV]
-    answer_sampling, judge_sampling = samplings(cfg)
-    return pipeline.Plan(dataset=dataset, caps=caps_of(cfg.model), answer_sampling=answer_sampling,
-                         judge_sampling=judge_sampling, answer_replicate=0, judge_replicate=0,
-                         model=pipeline.make_endpoint(model_spec(cfg), key, retry, cache, lambda label: None),
-                         judges=[pipeline.make_endpoint(s, key, retry, cache, lambda label: None)
-                                 for s in judge_specs(cfg)], grace_s=5.0)
+    plan = build_plan(cfg)
+    plan.retry, plan.grace_s = RetryPolicy(0, 0.001, 0.005, 1.0), 5.0
+    return plan.connect({TEST_KEY_ENV: os.environ[TEST_KEY_ENV]}, Cache(Path(cfg.cache.dir), cfg.cache.enabled),
+                        lambda label: None)

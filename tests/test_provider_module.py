@@ -126,7 +126,7 @@ def test_a_new_provider_runs_end_to_end(acme, tmp_path, monkeypatch):
 
 def test_the_model_list_is_the_classes(acme, tmp_path):
     from wildtrace.runtime.catalog import LISTED, list_models, route_status
-    from wildtrace.runtime.run import endpoint_spec
+    from wildtrace.runtime.plan import endpoint_spec
 
     with LoopbackServer(acme_api) as server:
         cfg = acme_settings(tmp_path, server.url)

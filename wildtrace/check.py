@@ -15,6 +15,7 @@ answered by a model its ``served_model`` rule refuses, 2 on a config or key erro
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import hydra
 from omegaconf import DictConfig
@@ -32,8 +33,8 @@ register()
 def _check(dict_cfg: DictConfig) -> None:
     from wildtrace.runtime import served
     from wildtrace.runtime.preflight import listing_lines, model_lists, preflight, table
-    from wildtrace.runtime.retry import RetryPolicy
-    from wildtrace.runtime.run import key_needs, samplings, stage_specs
+    from wildtrace.runtime.plan import retry_policy, samplings, stage_specs
+    from wildtrace.runtime.run import key_needs
     from wildtrace.runtime.secrets import MissingKeyError, install_log_filter, read_keys, redact
 
     install_log_filter()
@@ -46,8 +47,9 @@ def _check(dict_cfg: DictConfig) -> None:
         rules = served.policies(cfg)
     except (ConfigError, MissingKeyError) as exc:
         fail("wildtrace-check", exc)
-    retry = RetryPolicy(max_retries=min(cfg.retry.max_retries, 1), backoff_base_s=cfg.retry.backoff_base_s,
-                        backoff_max_s=cfg.retry.backoff_max_s, retry_after_max_s=min(cfg.retry.retry_after_max_s, 10))
+    # A check is one quick request per endpoint: at most one retry, and a short wait for it.
+    retry = retry_policy(dataclasses.replace(cfg.retry, max_retries=min(cfg.retry.max_retries, 1),
+                                             retry_after_max_s=min(cfg.retry.retry_after_max_s, 10)))
     listed = asyncio.run(model_lists([(s, keys.get(s.api_key_env or "")) for s, _ in specs]))
     for line in listing_lines([s for s, _ in specs], listed):
         print(redact(line), flush=True)

@@ -36,16 +36,6 @@ class ConfigError(ValueError):
 
 
 @dataclass
-class CapsConfig:
-    """Context caps in characters (spec §3): en, and cjk for CJK documents."""
-
-    #: The largest document, in characters, sent whole (spec §3's en column).
-    en: int = 2_850_000
-    #: The same for a CJK document: more than 20 ideographs in its first 4000 characters (the cjk column).
-    cjk: int = 850_000
-
-
-@dataclass
 class RetiredConfig:
     """The paper's exact model is gone from the first-party API (docs/routes.md): refused before any request.
 
@@ -161,7 +151,7 @@ class ModelConfig(EndpointConfig):
     #: Where the budget goes: max_tokens, or max_completion_tokens (OpenAI's reasoning models).
     budget_field: str = "max_tokens"
     #: Spec §3 context caps in characters.
-    caps: CapsConfig = field(default_factory=CapsConfig)
+    caps: Caps = field(default_factory=Caps)
     #: Long answers from reasoning models on million-character prompts stay silent for minutes.
     timeout_s: float = 900.0
     #: The provider's documented output-token limit (null = not documented/checked); the spec's
@@ -381,11 +371,6 @@ def price_of(e: EndpointConfig) -> Price:
     p = e.price
     return Price(p.input_per_mtok, p.output_per_mtok, p.cached_input_per_mtok, p.above_input_tokens,
                  p.input_multiplier, p.output_multiplier, p.batch_discount)
-
-
-def caps_of(model: ModelConfig) -> Caps:
-    """The core's Caps value for a model config."""
-    return Caps(en=model.caps.en, cjk=model.caps.cjk)
 
 
 def _check_endpoint(prefix: str, e: EndpointConfig) -> None:

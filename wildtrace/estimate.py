@@ -89,11 +89,10 @@ def price_calls(calls: Iterable[PlannedCall], prices: Mapping[str, Price | None]
 
 def estimate(cfg: WildtraceConfig) -> dict:
     """Plan the run as ``run`` would and price what it still has to send."""
-    from wildtrace.runtime.run import endpoint_configs, plan_run, samplings
+    from wildtrace.runtime.run import endpoint_configs, plan_run
 
-    _, specs, survey = plan_run(cfg)
-    configs = endpoint_configs(cfg)
-    answer, _ = samplings(cfg)
+    plan, survey = plan_run(cfg)
+    specs, configs, answer = plan.specs, endpoint_configs(cfg), plan.answer_sampling
     prices = {s.label: price_of(configs[s.label]) for s in specs}
     typical = {s.label: cfg.estimate.answer_tokens if s.label == "model" else cfg.estimate.judge_tokens for s in specs}
     out = price_calls(survey.planned, prices, typical, answer.max_tokens, batch_labels(cfg))

@@ -31,6 +31,7 @@ from wildtrace.config import ConfigError, WildtraceConfig, register, to_settings
 from wildtrace.config_check import check_retired
 from wildtrace.core import records as R
 from wildtrace.core.prompts import answer_prompt
+from wildtrace.providers.base import Provider
 from wildtrace.exitcodes import ExitCode, fail
 
 log = logging.getLogger(__name__)
@@ -176,21 +177,17 @@ def cap_of(found: Search, settings: ProbeSettings) -> int:
     return max(1, raw // step * step)
 
 
-async def _call(cfg: WildtraceConfig, key: str | None, request: Any) -> R.CallResult:
+async def _call(cfg: WildtraceConfig, provider: Provider, key: str | None, request: Any) -> R.CallResult:
     """One request through the harness's own call path (retry layer, error reading), no cache.
 
     The only place the probe touches the runtime's HTTP layer, so it can be re-pointed.
     """
     from wildtrace.runtime.cache import Cache
-    from wildtrace.runtime.pipeline import make_endpoint
-    from wildtrace.runtime.retry import RetryPolicy
-    from wildtrace.runtime.run import model_spec
+    from wildtrace.runtime.plan import make_endpoint, retry_policy
 
-    spec = dataclasses.replace(model_spec(cfg), max_concurrency=1)
-    retry = RetryPolicy(cfg.retry.max_retries, cfg.retry.backoff_base_s, cfg.retry.backoff_max_s,
-                        cfg.retry.retry_after_max_s)
     # A probe must ask the endpoint every time: the cache is off (it reads and writes nothing).
-    endpoint = make_endpoint(spec, key, retry, Cache(Path(cfg.cache.dir), enabled=False), lambda label: None)
+    endpoint = make_endpoint(provider, key, retry_policy(cfg.retry), Cache(Path(cfg.cache.dir), enabled=False),
+                             lambda label: None)
     try:
         return await endpoint.call(request, 0)
     finally:
@@ -200,14 +197,14 @@ async def _call(cfg: WildtraceConfig, key: str | None, request: Any) -> R.CallRe
 def _fits_via_harness(cfg: ProbeRunConfig, key: str | None, language: str) -> Callable[[int], Awaitable[bool]]:
     from wildtrace.providers.base import Sampling
     from wildtrace.providers.registry import make_provider
-    from wildtrace.runtime.run import model_spec
+    from wildtrace.runtime.plan import model_spec
 
-    provider = make_provider(model_spec(cfg))
+    provider = make_provider(dataclasses.replace(model_spec(cfg), max_concurrency=1))  # one call at a time
     sampling = Sampling(cfg.decoding.temperature, cfg.probe.max_tokens)
 
     async def fits(chars: int) -> bool:
         request = provider.build_request(answer_prompt(QUESTION[language], filler(language, chars)), sampling)
-        result = await _call(cfg, key, request)
+        result = await _call(cfg, provider, key, request)
         if result.http_status is not None and 200 <= result.http_status < 300:
             log.info("probe %s: %d characters fit", language, chars)
             return True
@@ -272,7 +269,8 @@ def _check_out(out: Path) -> None:
 def probe(cfg: ProbeRunConfig, ask: Callable[[str], str] = input) -> Path | None:
     """Run the probe and write the model file; None when the user declined. Raises ProbeError."""
     from wildtrace.app import CONF_DIR
-    from wildtrace.runtime.run import key_needs, model_spec
+    from wildtrace.runtime.plan import model_spec
+    from wildtrace.runtime.run import key_needs
     from wildtrace.runtime.secrets import read_keys
 
     p = cfg.probe

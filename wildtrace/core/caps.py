@@ -20,12 +20,18 @@ IN_SCOPE = "in_scope"
 OUT_OF_CONTEXT = "out_of_context_scope"
 
 
-@dataclass(frozen=True)
+@dataclass
 class Caps:
-    """A model's context caps in characters (spec §3 table: en / cjk)."""
+    """Context caps in characters (spec §3): en, and cjk for CJK documents.
 
-    en: int
-    cjk: int
+    The one caps type: the config schema's ``model.caps`` is this class (wildtrace/config.py),
+    so it is a plain, mutable dataclass, as a structured config must be for overrides to apply.
+    """
+
+    #: The largest document, in characters, sent whole (spec §3's en column).
+    en: int = 2_850_000
+    #: The same for a CJK document: more than 20 ideographs in its first 4000 characters (the cjk column).
+    cjk: int = 850_000
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +29,13 @@ class DocumentInfo:
     chars: int
     ideographs: int
     sha256: str
+
+
+#: What else is done with a document while its text is in memory for measuring: it gets the
+#: tasks that use the document, its measurement and its text (runtime/plan.py decides its caps
+#: and makes its answer requests there, so a document is read once for the plan). Called from the
+#: measuring threads.
+DocumentStep = Callable[[list[Task], DocumentInfo, str], None]
 
 
 @dataclass(frozen=True)
@@ -105,8 +112,8 @@ def read_document(path: Path) -> str:
     return path.read_bytes().decode("utf-8")
 
 
-def measure(path: Path, at: str) -> DocumentInfo:
-    """Length in characters, ideographs in the CJK window, sha256 of the bytes."""
+def measure(path: Path, at: str, tasks: Sequence[Task] = (), step: DocumentStep | None = None) -> DocumentInfo:
+    """Length in characters, ideographs in the CJK window, sha256 of the bytes; then ``step``, if given."""
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -115,13 +122,17 @@ def measure(path: Path, at: str) -> DocumentInfo:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise DatasetError(f"{at}: corpus file {path} is not UTF-8 ({exc})") from None
-    return DocumentInfo(path=path, chars=len(text), ideographs=count_ideographs(text),
-                        sha256=hashlib.sha256(raw).hexdigest())
+    digest = hashlib.sha256(raw).hexdigest()
+    del raw
+    info = DocumentInfo(path=path, chars=len(text), ideographs=count_ideographs(text), sha256=digest)
+    if step is not None:
+        step(list(tasks), info, text)
+    return info
 
 
 def load_dataset(tasks_file: str | Path, corpus_dir: str | Path, ids: Sequence[str] | None = None,
-                 limit: int | None = None) -> Dataset:
-    """Read, validate and select tasks, then measure every corpus file they use."""
+                 limit: int | None = None, step: DocumentStep | None = None) -> Dataset:
+    """Read, validate and select tasks, then measure every corpus file they use (and ``step`` each, if given)."""
     tasks_path, corpus = Path(tasks_file), Path(corpus_dir)
     if file_kind(corpus) is None:
         raise DatasetError(f"{corpus}: corpus folder not found (dataset.corpus); for dataset=wildtrace, fetch the "
@@ -132,7 +143,9 @@ def load_dataset(tasks_file: str | Path, corpus_dir: str | Path, ids: Sequence[s
     tasks = select(parse_tasks(records, str(tasks_path)), ids, limit, str(tasks_path))
     index_of = {str(r.get("question_id")): i for i, r in enumerate(records) if isinstance(r, dict)}
     wanted: dict[str, tuple[Path, str]] = {}  # corpus_file → (path, where its first task is), in task order
+    users: dict[str, list[Task]] = {}  # corpus_file → the tasks that use it, in task order
     for task in tasks:
+        users.setdefault(task.corpus_file, []).append(task)
         if task.corpus_file not in wanted:
             i = index_of.get(task.question_id, 0)
             at = where(str(tasks_path), i, records[i])
@@ -141,7 +154,7 @@ def load_dataset(tasks_file: str | Path, corpus_dir: str | Path, ids: Sequence[s
     # benchmark corpus in 0.29 s instead of 0.39 (four are no faster on 2 cores). map()
     # raises the first failure in task order, as the loop it replaced did.
     with ThreadPoolExecutor(max_workers=min(MEASURE_THREADS, len(wanted) or 1)) as pool:
-        measured = pool.map(lambda item: measure(*item), wanted.values())
+        measured = pool.map(lambda name: measure(*wanted[name], users[name], step), wanted)
         documents = dict(zip(wanted, measured, strict=True))
     return Dataset(tasks=tasks, documents=documents, tasks_path=tasks_path,
                    tasks_sha256=hashlib.sha256(tasks_path.read_bytes()).hexdigest(), corpus_dir=corpus)

@@ -399,7 +399,26 @@ class Endpoint:
             return replace(result, notes=(*result.notes, f"not cached: {exc}"))
         return result
 
+    def cached(self, key: str, temperature_sent: bool | str) -> CallResult | None:
+        """The outcome ``call`` would serve for a request key without sending, or None (it must be called).
+
+        For a request made ahead (runtime/plan.py) whose bytes are no longer at hand: once this
+        endpoint has learned to send requests otherwise (without temperature, a lowered budget),
+        None (``call`` rebuilds the request and looks it up under its new key).
+        """
+        if (self.temperature_dropped and temperature_sent) or self.budget_lowered is not None:
+            return None
+        if key in self.ready:
+            return self.ready[key]
+        hit = self._hit(key)
+        return None if hit is None else self.settle(hit, temperature_sent)
+
     def _lookup(self, key: str, request: WireRequest) -> CallResult | None:
+        hit = self._hit(key)
+        return None if hit is None else self._finish(hit, request)
+
+    def _hit(self, key: str) -> CallResult | None:
+        """The cache's outcome for a key, as a cache hit (counted), before ``_finish``; None for a miss."""
         started, started_at = time.perf_counter(), time.time()
         stored = self.cache.get(key)
         if stored is None:
@@ -413,9 +432,8 @@ class Endpoint:
         notes = stored.get("notes")
         notes = tuple(n for n in notes if isinstance(n, str)) if isinstance(notes, list) else ()
         notes += (ECHO_NOTE,) if echoed and ECHO_NOTE not in notes else ()
-        return self._finish(replace(result, started_at=started_at, cached=True, notes=notes,
-                                    original_latency_s=float(stored["latency_s"]),
-                                    batched=stored.get("batched") is True), request)
+        return replace(result, started_at=started_at, cached=True, notes=notes,
+                       original_latency_s=float(stored["latency_s"]), batched=stored.get("batched") is True)
 
     #: The cache store, for outcomes that arrive by another transport (a batch's results).
     store_outcome = _store

@@ -2,8 +2,9 @@
 
 Answers are produced by a pool of ``model.max_concurrency`` workers, fed requests prepared
 ahead (a quarter of a wave: at most 1.25 × max_concurrency documents' requests are in
-memory, and a worker whose call ends sends the next at once); each answer goes to the
-judges the moment it arrives, and each judge endpoint has its own bound. The run reports
+memory, and a worker whose call ends sends the next at once; an answer the cache holds
+needs no document read: the plan made its request, runtime/plan.py); each answer goes to
+the judges the moment it arrives, and each judge endpoint has its own bound. The run reports
 what happens to an observer it is handed (task started, call finished, task done) and
 never knows who listens. A stop (a signal, a store that fails) ends the sending: in-flight
 calls get a grace period, and the outcome holds every task that finished. Nothing here
@@ -13,35 +14,27 @@ knows a wire format or a config library.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from wildtrace.core import records as R
-from wildtrace.core.caps import Caps, CapsDecision, decide
+from wildtrace.core.caps import CapsDecision
 from wildtrace.core.events import RunObserver, TaskDone
 from wildtrace.core.judging import parse_judge_reply
 from wildtrace.core.prompts import answer_prompt, document_reference, judge_prompt
 from wildtrace.core.records import AnswerRecord, CallResult, JudgmentRecord
 from wildtrace.core.tasks import Task
 from wildtrace.core.views import task_outcome
-from wildtrace.providers.base import EndpointSpec, Provider, Sampling
-from wildtrace.providers.registry import make_provider
-from wildtrace.runtime.budget import Ledger
-from wildtrace.runtime.batch import BatchSettings, batch_phase
+from wildtrace.providers.base import Provider
+from wildtrace.runtime.batch import batch_phase
 from wildtrace.runtime.cache import Cache, cache_key
 from wildtrace.runtime.dataset import Dataset, read_document
-from wildtrace.runtime.http import Endpoint, Prepared, encode_body, interpret, local_transport
+from wildtrace.runtime.http import Endpoint, Prepared, encode_body, interpret
+from wildtrace.runtime.plan import Plan, PlannedAnswer, sha256_text
 from wildtrace.runtime.ratelimit import estimate_tokens
-from wildtrace.runtime.retry import RetryPolicy
-from wildtrace.runtime.served import ServedPolicy, enforce
-
-
-def sha256_text(text: str) -> str:
-    """sha256 of a prompt's UTF-8 bytes, recorded so a prompt can be checked without storing it."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+from wildtrace.runtime.served import enforce
 
 
 @dataclass
@@ -77,16 +70,6 @@ class Counters:
         if not result.ok:
             self.failures[(label, result.reason or "unknown")] += 1
             self.errors.setdefault(label, Counter())[(result.error or result.reason or "unknown")[:160]] += 1
-
-
-def make_endpoint(spec: EndpointSpec, key: str | None, retry: RetryPolicy, cache: Cache,
-                  on_retry: Callable[[str], None], max_response_bytes: int = 64 << 20) -> Endpoint:
-    """Provider + HTTP endpoint + cache for one spec. Offline providers get an in-process transport."""
-    provider = make_provider(spec)
-    local = getattr(provider, "answer_locally", None)
-    transport = local_transport(local) if local is not None else None
-    return Endpoint(provider, key, retry, cache=cache, transport=transport, on_retry=on_retry,
-                    max_response_bytes=max_response_bytes)
 
 
 def call_fields(result: CallResult) -> dict:
@@ -137,25 +120,6 @@ def judgment_record(task: Task, judge: str, prompt: str, result: CallResult) -> 
 
 
 @dataclass
-class Plan:
-    """What one pipeline execution needs, already resolved from the config."""
-
-    dataset: Dataset
-    caps: Caps
-    answer_sampling: Sampling
-    judge_sampling: Sampling
-    answer_replicate: int
-    judge_replicate: int
-    model: Endpoint | None  # None with stage=judge
-    judges: list[Endpoint]
-    given_answers: dict[str, dict] | None = None  # stage=judge: rows read from responses=PATH
-    grace_s: float = 10.0  # after a stop, how long in-flight calls may finish
-    served: dict[str, ServedPolicy] = field(default_factory=dict)  # label → served-model rule (runtime/served.py)
-    ledger: Ledger = field(default_factory=Ledger)  # prices, spend and caps (runtime/budget.py)
-    batch: BatchSettings | None = None  # endpoints sent through the providers' batch APIs (runtime/batch)
-
-
-@dataclass
 class Outcome:
     """Everything a run produced, in dataset order: only finished tasks when it was stopped."""
 
@@ -169,12 +133,6 @@ class Outcome:
     #: the run files (responses.json, judgments.json), so nothing received is lost.
     received_answers: list[dict] = field(default_factory=list)
     received_judgments: list[JudgmentRecord] = field(default_factory=list)
-
-
-def decisions_of(dataset: Dataset, caps: Caps) -> dict[str, CapsDecision]:
-    """The caps decision of every task (spec §3), from the measured documents."""
-    return {t.question_id: decide(dataset.document(t).chars, dataset.document(t).ideographs, caps)
-            for t in dataset.tasks}
 
 
 def document_of(dataset: Dataset, task: Task) -> dict:
@@ -229,9 +187,8 @@ class Survey:
         return "plan: " + "; ".join(parts)
 
 
-def _cached_ok(provider: Provider, cache: Cache, body: bytes, url: str, replicate: int) -> str | None:
-    """The answer text the cache holds for this request, "" for a stored failure, None for a miss."""
-    key, _ = cache_key(provider.spec.provider, url, provider.spec.route, body, replicate)
+def _cached_ok(provider: Provider, cache: Cache, key: str) -> str | None:
+    """The answer text the cache holds under this request key, "" for a stored failure, None for a miss."""
     stored = cache.get(key)
     if stored is None:
         return None
@@ -239,31 +196,37 @@ def _cached_ok(provider: Provider, cache: Cache, body: bytes, url: str, replicat
     return result.text if result.ok and result.text else ""
 
 
-def survey(plan_dataset: Dataset, caps: Caps, model: Provider | None, judges: list[Provider], cache: Cache,
-           answer_sampling: Sampling, judge_sampling: Sampling, answer_replicate: int, judge_replicate: int,
-           given_answers: dict[str, dict] | None = None) -> Survey:
-    """Count the calls a run will make, reading documents one at a time and looking up the cache."""
+def _judge_key(judge: Provider, prompt: str, plan: Plan) -> str:
+    request = judge.build_request(prompt, plan.judge_sampling)
+    key, _ = cache_key(judge.spec.provider, request.url, judge.spec.route, encode_body(request.body),
+                       plan.judge_replicate)
+    return key
+
+
+def survey(plan: Plan, cache: Cache) -> Survey:
+    """Count the calls a run will make: the plan's answer requests and the judges' looked up in the cache.
+
+    No document is read here: the plan made each answer request (and its key) when it measured the document.
+    """
     out = Survey()
-    decisions = decisions_of(plan_dataset, caps)
-    for task in plan_dataset.tasks:
+    model, judges, sampling = plan.model_provider, plan.judge_providers, plan.answer_sampling
+    for task in plan.dataset.tasks:
         answer: str | None
-        if given_answers is not None:
-            row = given_answers.get(task.question_id) or {}
+        decision = plan.decisions[task.question_id]
+        if plan.given_answers is not None:
+            row = plan.given_answers.get(task.question_id) or {}
             answer = row.get("response") if row.get("status") == R.ANSWERED else ""
-        elif not decisions[task.question_id].in_scope:
+        elif not decision.in_scope:
             out.out_of_context += 1
             continue
         else:
             assert model is not None
-            prompt = answer_prompt(task.question_text, read_document(plan_dataset.document(task).path))
-            request = model.build_request(prompt, answer_sampling)
-            answer = _cached_ok(model, cache, encode_body(request.body), request.url, answer_replicate)
-            chars = len(prompt)
-            del prompt, request
+            planned = plan.answers[task.question_id]
+            answer = _cached_ok(model, cache, planned.key)
             if answer is None:
                 out.answers_to_request += 1
-                out.planned.append(PlannedCall("model", chars, decisions[task.question_id].cap_kind == "cjk",
-                                               answer_sampling.max_tokens))
+                out.planned.append(PlannedCall("model", planned.prompt_chars, decision.cap_kind == "cjk",
+                                               sampling.max_tokens))
             else:
                 out.answers_cached += 1
         if not judges:
@@ -271,16 +234,16 @@ def survey(plan_dataset: Dataset, caps: Caps, model: Provider | None, judges: li
         if answer is None:
             out.judge_calls_pending += 1
             empty = len(judge_prompt(task.question_text, task.rubric, ""))
-            out.planned.extend(PlannedCall(j.spec.label, empty, False, judge_sampling.max_tokens, True) for j in judges)
+            out.planned.extend(PlannedCall(j.spec.label, empty, False, plan.judge_sampling.max_tokens, True)
+                               for j in judges)
             continue
         if not answer:
             continue  # a failed answer is never judged
         prompt = judge_prompt(task.question_text, task.rubric, answer)
         for judge in judges:
-            request = judge.build_request(prompt, judge_sampling)
-            if _cached_ok(judge, cache, encode_body(request.body), request.url, judge_replicate) is None:
+            if _cached_ok(judge, cache, _judge_key(judge, prompt, plan)) is None:
                 out.judge_calls_to_make[judge.spec.label] += 1
-                out.planned.append(PlannedCall(judge.spec.label, len(prompt), False, judge_sampling.max_tokens))
+                out.planned.append(PlannedCall(judge.spec.label, len(prompt), False, plan.judge_sampling.max_tokens))
             else:
                 out.judge_calls_cached += 1
     return out
@@ -322,6 +285,8 @@ class _Ready:
     cost: int = 0  # the request's estimated tokens, for pacing
     prompt_sha256: str = ""
     error: Exception | None = None  # preparing it raised (an unreadable document): the worker raises it
+    #: The cache held its answer when it was readied: its document was not read again (the plan's request).
+    planned: PlannedAnswer | None = None
 
 
 class _Run:
@@ -330,7 +295,7 @@ class _Run:
     def __init__(self, plan: Plan, observer: RunObserver, counters: Counters,
                  progress: Callable[[Counters, bool], None], stop: Stop) -> None:
         self.plan, self.observer, self.counters, self.progress, self.stop = plan, observer, counters, progress, stop
-        self.decisions = decisions_of(plan.dataset, plan.caps)
+        self.decisions = plan.decisions
         self.answers: dict[str, dict] = {}
         self.judgments: dict[tuple[str, str], JudgmentRecord] = {}
         self.done: set[str] = set()
@@ -351,7 +316,19 @@ class _Run:
         prompt = answer_prompt(task.question_text, read_document(plan.dataset.document(task).path))
         request = plan.model.provider.build_request(prompt, plan.answer_sampling)
         cost = estimate_tokens(len(prompt), decision.cap_kind == "cjk", max_tokens=plan.answer_sampling.max_tokens)
-        return _Ready(task, plan.model.prepare(request, plan.answer_replicate), cost, sha256_text(prompt))
+        prepared = plan.model.prepare(request, plan.answer_replicate)
+        # The bytes the plan hashed, byte for byte (the key says so): its prompt's sha256 is this one's.
+        planned = plan.answers.get(task.question_id)
+        sha = planned.prompt_sha256 if planned is not None and planned.key == prepared.key else sha256_text(prompt)
+        return _Ready(task, prepared, cost, sha)
+
+    def _held(self, task: Task) -> PlannedAnswer | None:
+        """The plan's answer request of a task when this run or the cache already holds its outcome."""
+        model, planned = self.plan.model, self.plan.answers.get(task.question_id)
+        assert model is not None
+        if planned is None or (planned.key not in model.ready and model.cache.get(planned.key) is None):
+            return None
+        return planned
 
     async def prepare_all(self, ready: asyncio.Queue, workers: int) -> None:
         """Prepare the tasks in order, ahead of the workers; a task that cannot be prepared carries its error."""
@@ -360,6 +337,8 @@ class _Run:
                 break
             if not self.decisions[task.question_id].in_scope:
                 item = _Ready(task)  # no document to read: no thread hop
+            elif (planned := self._held(task)) is not None:  # its outcome is at hand: no document to read either
+                item = _Ready(task, prompt_sha256=planned.prompt_sha256, planned=planned)
             else:
                 try:
                     item = await asyncio.to_thread(self.prepare, task)
@@ -377,14 +356,24 @@ class _Run:
                                 document=document_ref,
                                 reason=f"document has {decision.doc_chars} characters > {decision.cap_kind} cap "
                                        f"{decision.cap}")
-        assert plan.model is not None and ready.prepared is not None
-        ticket = plan.ledger.ticket("model", len(ready.prepared.content), plan.answer_sampling.max_tokens)
-        try:
-            result = await plan.model.call(ready.prepared.request, plan.answer_replicate, ready.cost, ready.prepared,
-                                           ticket=ticket)
-        except BaseException:  # cancelled or raised: it may have been billed, so its reservation stays spent
-            plan.ledger.abandon("model", ticket)
-            raise
+        assert plan.model is not None
+        result, size = None, 0
+        if ready.planned is not None:
+            size = ready.planned.body_bytes
+            result = plan.model.cached(ready.planned.key, ready.planned.temperature_sent)
+            if result is None:  # no longer servable as it is (gone, or to be asked again): read the document now
+                ready = await asyncio.to_thread(self.prepare, task)
+        if ready.prepared is not None:
+            size = len(ready.prepared.content)
+        ticket = plan.ledger.ticket("model", size, plan.answer_sampling.max_tokens)
+        if result is None:
+            assert ready.prepared is not None
+            try:
+                result = await plan.model.call(ready.prepared.request, plan.answer_replicate, ready.cost,
+                                               ready.prepared, ticket=ticket)
+            except BaseException:  # cancelled or raised: it may have been billed, so its reservation stays spent
+                plan.ledger.abandon("model", ticket)
+                raise
         result = plan.ledger.settle("model", result, ticket)
         result = enforce(plan.served.get("model"), result)
         self._check_storage(plan.model)

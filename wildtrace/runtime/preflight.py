@@ -20,7 +20,8 @@ from wildtrace.providers.base import EndpointSpec, Sampling
 from wildtrace.providers.registry import provider_class
 from wildtrace.runtime.cache import Cache
 from wildtrace.runtime.catalog import RouteStatus, list_models, route_status
-from wildtrace.runtime.pipeline import make_endpoint
+from wildtrace.providers.registry import make_provider
+from wildtrace.runtime.plan import make_endpoint
 from wildtrace.runtime.retry import RetryPolicy
 from wildtrace.runtime.served import MISMATCH, ServedPolicy, enforce
 
@@ -66,7 +67,7 @@ async def _one(spec: EndpointSpec, key: str | None, sampling: Sampling, retry: R
         return Check(endpoint=spec.label, route=spec.route, served_model=None, ok=False, status="not_sent",
                      http_status=None, latency_s=0.0, temperature="not sent",
                      message=f"not sent: the endpoint's model list: {listed.text}", listing=listed.text)
-    endpoint = make_endpoint(spec, key, retry, Cache(Path(), enabled=False), lambda label: None)
+    endpoint = make_endpoint(make_provider(spec), key, retry, Cache(Path(), enabled=False), lambda label: None)
     try:
         result = enforce(rule, await endpoint.call(endpoint.provider.build_request(prompt_for(spec), sampling)))
     finally:

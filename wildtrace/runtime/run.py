@@ -18,30 +18,29 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from wildtrace import __version__
-from wildtrace.config import (ConfigError, EndpointConfig, WildtraceConfig, batch_labels, caps_of,
-                              effective_max_tokens, price_of)
+from wildtrace.config import ConfigError, EndpointConfig, WildtraceConfig, batch_labels, effective_max_tokens, price_of
 from wildtrace.config_check import spec_warnings
 from wildtrace.core import views
 from wildtrace.core.events import RunEnd, RunObserver, RunStart
 from wildtrace.core.prompts import PROMPTS_VERSION, prompts_sha256
 from wildtrace.core.tasks import oddities
-from wildtrace.providers.base import EndpointSpec, Sampling
-from wildtrace.providers.registry import make_provider, provider_class
+from wildtrace.providers.base import EndpointSpec
+from wildtrace.providers.registry import provider_class
 from wildtrace.runtime.budget import BudgetError, Ledger
 from wildtrace.runtime.cache import JOURNAL, Cache, StorageError, check_writable, journals_under
-from wildtrace.runtime.dataset import Dataset, load_dataset
+from wildtrace.runtime.dataset import Dataset
 from wildtrace.runtime.http import Endpoint
 from wildtrace.files import write_json
 from wildtrace.exitcodes import SIGNAL_EXIT, ExitCode
 from wildtrace.runtime.batch import BatchSettings
-from wildtrace.runtime.pipeline import Counters, Outcome, Plan, Stop, Survey, execute, make_endpoint, survey
-from wildtrace.runtime.responses import load_responses, scrub_answers
-from wildtrace.runtime.retry import RetryPolicy
+from wildtrace.runtime.pipeline import Counters, Outcome, Stop, Survey, execute, survey
+from wildtrace.runtime.plan import Plan, build_plan
+from wildtrace.runtime.responses import scrub_answers
 from wildtrace.runtime.secrets import install_log_filter, read_keys, redact
 from wildtrace.runtime import served
 
@@ -67,43 +66,10 @@ class RunResult:
     headline: str = ""
 
 
-def endpoint_spec(label: str, e: EndpointConfig, budget_field: str = "max_tokens") -> EndpointSpec:
-    """An endpoint config (the model's or a judge's) as the spec the runtime calls."""
-    return EndpointSpec(label=label, name=e.name, provider=e.provider, route=e.route, base_url=e.base_url,
-                        api_key_env=e.api_key_env, max_concurrency=e.max_concurrency, timeout_s=e.timeout_s,
-                        send_temperature=e.send_temperature, budget_field=budget_field, extra_body=e.extra_body,
-                        stream=e.stream, max_call_s=e.max_call_s, reasoning_format=e.reasoning_format)
-
-
-def model_spec(cfg: WildtraceConfig) -> EndpointSpec:
-    """The model under test as an endpoint, with its documented output limit (a budget rejection
-    above it is resent at the limit: runtime/retry.next_step)."""
-    return replace(endpoint_spec("model", cfg.model, cfg.model.budget_field),
-                   max_output_tokens=cfg.model.max_output_tokens,
-                   max_output_tokens_source=cfg.model.max_output_tokens_source)
-
-
-def judge_specs(cfg: WildtraceConfig) -> list[EndpointSpec]:
-    """The panel's judges as endpoints, in config order."""
-    return [endpoint_spec(key, judge) for key, judge in cfg.judge_panel.judges.items()]
-
-
-def stage_specs(cfg: WildtraceConfig) -> list[EndpointSpec]:
-    """The endpoints the run's stage calls: the model (unless stage=judge), then the judges (unless stage=answer)."""
-    return ([model_spec(cfg)] if cfg.stage != "judge" else []) + (judge_specs(cfg) if cfg.stage != "answer" else [])
-
-
 def key_needs(specs: Sequence[EndpointSpec]) -> list[tuple[str, str, str]]:
     """(config key, variable, endpoint name) for each endpoint that needs a key, as ``read_keys`` takes them."""
     return [(key_config(s), s.api_key_env, s.name) for s in specs
             if not provider_class(s.provider).local and s.api_key_env]
-
-
-def samplings(cfg: WildtraceConfig) -> tuple[Sampling, Sampling]:
-    """(answer, judge) decoding settings as sent."""
-    answer = Sampling(cfg.decoding.temperature, effective_max_tokens(cfg.model, cfg.decoding),
-                      reasoning_effort=cfg.decoding.reasoning_effort)
-    return answer, Sampling(cfg.judge_panel.temperature, cfg.judge_panel.max_tokens)
 
 
 def endpoint_configs(cfg: WildtraceConfig) -> dict[str, EndpointConfig]:
@@ -383,34 +349,13 @@ def deferred_signals(signals: list[int]) -> Iterator[None]:
             signal.signal(signum, old)
 
 
-def _survey(cfg: WildtraceConfig, dataset: Dataset, specs: list[EndpointSpec], cache: Cache,
-            given: dict[str, dict] | None, answer_sampling: Sampling, judge_sampling: Sampling) -> Survey:
-    providers = {s.label: make_provider(s) for s in specs}
-    return survey(dataset, caps_of(cfg.model), providers.get("model"),
-                  [p for label, p in providers.items() if label != "model"], cache, answer_sampling, judge_sampling,
-                  cfg.decoding.replicate, cfg.judge_panel.replicate, given)
-
-
-def given_responses(cfg: WildtraceConfig, dataset: Dataset) -> dict[str, dict] | None:
-    """stage=judge: the earlier run's answers to judge (validate() has made sure responses is set)."""
-    if cfg.stage != "judge":
-        return None
-    if cfg.responses is None:
-        raise ConfigError("stage=judge needs responses=PATH (a responses.json, or a JSON list of rows)")
-    return load_responses(cfg.responses, {t.question_id for t in dataset.tasks})
-
-
-def plan_run(cfg: WildtraceConfig) -> tuple[Dataset, list[EndpointSpec], Survey]:
+def plan_run(cfg: WildtraceConfig) -> tuple[Plan, Survey]:
     """What ``run`` would send, found as ``run`` finds it (dataset, stage, caps, cache, replicates), sending nothing.
 
-    The estimate's entry: the same loading, the same survey, no keys read and no folder written.
+    The estimate's entry: the same plan, the same survey, no keys read and no folder written.
     """
-    dataset = load_dataset(cfg.dataset.tasks, cfg.dataset.corpus, cfg.dataset.ids, cfg.dataset.limit)
-    specs = stage_specs(cfg)
-    given = given_responses(cfg, dataset)
-    cache = Cache(Path(cfg.cache.dir), cfg.cache.enabled)
-    answer_sampling, judge_sampling = samplings(cfg)
-    return dataset, specs, _survey(cfg, dataset, specs, cache, given, answer_sampling, judge_sampling)
+    plan = build_plan(cfg)
+    return plan, survey(plan, Cache(Path(cfg.cache.dir), cfg.cache.enabled))
 
 
 def batch_settings(cfg: WildtraceConfig, out_dir: Path) -> BatchSettings | None:
@@ -432,9 +377,8 @@ def run(cfg: WildtraceConfig, overrides: Sequence[str] = (), parent_run_id: str 
     install_log_filter()
     observer = observer or RunObserver()
     out_dir = Path(cfg.out_dir or Path(cfg.root) / "runs" / "adhoc").resolve()
-    dataset = load_dataset(cfg.dataset.tasks, cfg.dataset.corpus, cfg.dataset.ids, cfg.dataset.limit)
-    specs = stage_specs(cfg)
-    given = given_responses(cfg, dataset)
+    plan = build_plan(cfg)
+    dataset, specs = plan.dataset, plan.specs
     check_writable(out_dir, "the run directory")
     cache = Cache(Path(cfg.cache.dir), cfg.cache.enabled, journal=out_dir / JOURNAL)
     if cfg.cache.enabled:
@@ -442,31 +386,18 @@ def run(cfg: WildtraceConfig, overrides: Sequence[str] = (), parent_run_id: str 
         if read := cache.read_journals(journals_under(Path(cfg.root), out_dir)):
             log.info("%d outcome(s) an earlier run could not cache read from its journal (%s)", read, JOURNAL)
 
-    answer_sampling, judge_sampling = samplings(cfg)
-    rules = served.policies(cfg)
-    plan_counts = _survey(cfg, dataset, specs, cache, given, answer_sampling, judge_sampling)
+    plan_counts = survey(plan, cache)
     ledger = make_ledger(cfg, specs, [s.label for s in specs if plan_counts.needs(s.label)])
     keys = read_keys(key_needs([s for s in specs if plan_counts.needs(s.label)]))
-    given = scrub_answers(given)  # a key echoed into an answers file is not sent on in a judge prompt
+    plan.given_answers = scrub_answers(plan.given_answers)  # a key echoed into an answers file is not sent on
     log.info("%s", plan_counts.describe([s.label for s in specs if s.label != "model"]))
-
-    retry = RetryPolicy(cfg.retry.max_retries, cfg.retry.backoff_base_s, cfg.retry.backoff_max_s,
-                        cfg.retry.retry_after_max_s)
     counters = Counters()
 
     def on_retry(label: str) -> None:
         counters.retries += 1
 
-    max_bytes = int(cfg.max_response_mb * (1 << 20))
-    endpoints = {s.label: make_endpoint(s, keys.get(s.api_key_env or ""), retry, cache, on_retry, max_bytes)
-                 for s in specs}
-    plan = Plan(
-        dataset=dataset, caps=caps_of(cfg.model), answer_sampling=answer_sampling, judge_sampling=judge_sampling,
-        answer_replicate=cfg.decoding.replicate, judge_replicate=cfg.judge_panel.replicate,
-        model=endpoints.get("model"), judges=[endpoints[s.label] for s in specs if s.label != "model"],
-        given_answers=given, grace_s=cfg.stop_grace_s, served=rules, ledger=ledger,
-        batch=batch_settings(cfg, out_dir),
-    )
+    plan = plan.connect(keys, cache, on_retry, ledger, batch_settings(cfg, out_dir))
+    endpoints = plan.endpoints
     warnings = [{"code": code, "message": message} for code, message in spec_warnings(cfg)]
     warnings += [o.to_dict() for o in oddities(dataset.tasks, {f: d.chars for f, d in dataset.documents.items()})]
     for w in warnings:

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from wildtrace.core import records as R
-from wildtrace.core.caps import decide
 from wildtrace.core.prompts import judge_prompt
 from wildtrace.core.records import CallResult
 from wildtrace.core.tasks import Task
@@ -182,8 +181,7 @@ async def _answers(plan: Any, prepare: Callable[[Task], Any], stop: asyncio.Even
 
 
 def _in_scope(plan: Any, task: Task) -> bool:
-    document = plan.dataset.document(task)
-    return decide(document.chars, document.ideographs, plan.caps).in_scope
+    return plan.decisions[task.question_id].in_scope  # made once, by the plan (runtime/plan.py)
 
 
 def _model_url(plan: Any) -> str:
