@@ -273,7 +273,8 @@ def test_items_in_pending_batches_and_synchronous_calls_share_one_cap(tmp_path, 
     first_batches: dict[str, list] = {}
     for batch in server.items.values():
         first_batches.setdefault(batch[0][1]["model"], batch)
-    assert [len(b) for b in first_batches.values()] == [N, 2]
+    # Admitted in panel order; which of the two creates reach the server first is the event loop's choice.
+    assert {model: len(b) for model, b in first_batches.items()} == {"judge-one": N, "judge-two": 2}
     in_flight = sum((judge_worst(prompt_of(body)) for batch in first_batches.values() for _, body in batch),
                     Decimal(0))
     assert synchronous + in_flight <= cap  # reserved before submission: in flight together, within the cap
