@@ -122,6 +122,7 @@ def test_a_rejected_budget_is_sent_again_with_the_documented_limit(tmp_path, rel
     assert [(r["status"], r["attempts"], r["response"]) for r in rows] == [(R.ANSWERED, 1, "Worn seal.")] * 3
     assert all(note in r["notes"] for r in rows)
     assert result.stats["retries"] == 0  # the rejection is not an attempt of the task
+    assert result.stats["budget_lowered"] == {"model": limit}  # run_stats.json says what was sent instead
     warnings = [r.getMessage() for r in caplog.records if "the endpoint rejects" in r.getMessage()]
     assert len(warnings) == 1 and f"sending {name}={limit}, the model's documented limit ({SOURCE})" in warnings[0]
     assert "output_limit" in [w["code"] for w in result.stats["warnings"]]  # warned before any request, too
@@ -139,6 +140,7 @@ def test_without_a_documented_limit_the_rejection_is_a_failed_outcome(tmp_path, 
     with LoopbackServer(rejecting(fmt, 2048)) as server:
         result = run(settings(tmp_path, overrides(server.url, release, fmt)))
     assert [FORMATS[fmt][0](c.body) for c in server.calls] == [SPEC] * 3  # nothing resent
+    assert result.stats["budget_lowered"] == {}
     rows = rows_of(result)
     assert [(r["status"], r["reason"], r["attempts"], r["http_status"]) for r in rows] == \
         [(R.FAILED, R.HTTP_ERROR, 1, 400)] * 3

@@ -44,13 +44,15 @@ def test_warning_served_and_temperature_tags():
     stats = {"warnings": [{"code": "reasoning_budget", "message": "under 32768"}, {"code": "judge on panel",
                                                                                   "message": "x" * 9000}, "junk"],
              "served_models": {"model": ["gpt-5.4-2026", "gpt-5.4-2027"], "claude": ["claude-x"]},
-             "temperature_dropped": ["model", "qwen"]}
+             "temperature_dropped": ["model", "qwen"], "budget_lowered": {"model": 2048}}
     tags = warning_tags(stats)
     assert tags == {"wildtrace.warning.reasoning_budget": "under 32768",
                     "wildtrace.warning.judge_on_panel": "x" * 5000,
                     "model.served": "gpt-5.4-2026,gpt-5.4-2027", "judge.claude.served": "claude-x",
-                    "temperature.sent.model": "false", "temperature.sent.qwen": "false"}
+                    "temperature.sent.model": "false", "temperature.sent.qwen": "false",
+                    "budget.lowered.model": "2048"}
     assert warning_tags({}) == {}
+    assert warning_tags({"budget_lowered": ["junk"]}) == {}  # a hand-edited run_stats.json never raises
 
 
 @pytest.mark.parametrize(("usage", "expected"), [

@@ -464,6 +464,9 @@ def _write(cfg: WildtraceConfig, dataset: Dataset, outcome: Outcome, out_dir: Pa
             "served_model_rules": {label: {"expect": r.expect, "on_mismatch": r.on_mismatch, "derived": r.derived}
                                    for label, r in rules.items() if label in endpoints},
             "temperature_dropped": [label for label, e in endpoints.items() if e.temperature_dropped],
+            # endpoint → the documented output limit it was sent once it rejected the spec's budget (retry.next_step)
+            "budget_lowered": {label: e.budget_lowered for label, e in endpoints.items()
+                               if e.budget_lowered is not None},
             "warnings": warnings,
             "uncached": uncached_stats(cache),
             "overrides": list(overrides),

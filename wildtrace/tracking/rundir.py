@@ -162,6 +162,9 @@ def warning_tags(stats: Mapping) -> dict[str, str]:
         tags[key] = ",".join(map(str, models))[:MAX_TAG_CHARS]
     for label in stats.get("temperature_dropped", []) or []:
         tags[f"temperature.sent.{tag_part(label)}"] = "false"
+    lowered = stats.get("budget_lowered", {}) or {}
+    for label, limit in (lowered.items() if isinstance(lowered, Mapping) else ()):
+        tags[f"budget.lowered.{tag_part(label)}"] = str(limit)[:MAX_TAG_CHARS]  # the documented limit sent
     return tags
 
 
