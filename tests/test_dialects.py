@@ -452,6 +452,9 @@ def test_vendors_with_their_own_controls_name_them(model, fmt):
         (["model=gpt-4.1"], False),  # 8192 <= 32768
         (["model=gpt-4.1", "decoding.max_tokens=32769"], True),
         (["model=qwen3.6-plus"], False),  # no documented limit recorded: nothing to compare
+        (["model=gemini-3.1"], False),  # 32768 <= 65536 (ai.google.dev)
+        (["model=gemini-3.1", "decoding.max_tokens=65537"], True),
+        (["model=qwen3-max", "decoding.max_tokens=65537"], True),
     ],
 )
 def test_output_limit_warning(overrides, warned):
