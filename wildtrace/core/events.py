@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from wildtrace.core.records import RunStatus
+
 
 @dataclass(frozen=True)
 class RunStart:
@@ -49,8 +51,8 @@ class RunEnd:
 
     out_dir: str
     """The run directory (absolute)."""
-    status: str
-    """"finished" | "partial" (stopped by a signal / storage failure; files hold what was done) | "failed"."""
+    status: RunStatus
+    """finished | partial (stopped by a signal / storage failure; files hold what was done) | failed."""
 
 
 class RunObserver:

@@ -8,6 +8,7 @@ MLflow tables are made of, and what a later report reads back.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, is_dataclass
+from enum import StrEnum
 from typing import Any
 
 
@@ -28,31 +29,66 @@ def plain(record: Any) -> dict:
     return out
 
 
-# Answer statuses (responses.json).
-ANSWERED = "answered"
-FAILED = "failed"
-OUT_OF_CONTEXT = "out_of_context_scope"
-# Task statuses (scores.json) add these.
-SCORED = "scored"
-UNSCORED = "unscored"
-MISSING = "missing"
-# Judgment statuses.
-JUDGED = "scored"
-UNAVAILABLE = "unavailable"
+class Scope(StrEnum):
+    """A caps decision's verdict (spec §3): the document fits the model's cap, or it does not."""
 
-# Failure reasons for a call.
-REFUSAL = "refusal"
-EMPTY_OUTPUT = "empty_output"
-CONTEXT_LENGTH = "context_length"
-RETRIES_EXHAUSTED = "retries_exhausted"
-HTTP_ERROR = "http_error"
-TRANSPORT_ERROR = "transport_error"
-BAD_RESPONSE = "bad_response"
-#: Not sent: its worst-case cost did not fit the spend cap (budget.max_usd / <endpoint>.max_usd).
-#: Also an answer, judgment and task status: not a failure of the model, never cached.
-BUDGET_EXHAUSTED = "budget_exhausted"
-QUOTA = "quota_exhausted"  # a quota / spend-limit / billing refusal: never cured by retrying
-RESPONSE_TOO_LARGE = "response_too_large"
+    IN_SCOPE = "in_scope"
+    OUT_OF_CONTEXT = "out_of_context_scope"
+
+
+class AnswerStatus(StrEnum):
+    """A responses.json row's ``status``."""
+
+    ANSWERED = "answered"
+    FAILED = "failed"
+    OUT_OF_CONTEXT = Scope.OUT_OF_CONTEXT.value  # not sent: the caps decision said so
+    #: Not sent: its worst-case cost did not fit the spend cap (budget.max_usd / <endpoint>.max_usd).
+    #: Not a failure of the model, never cached.
+    BUDGET_EXHAUSTED = "budget_exhausted"
+    MISSING = "missing"  # stage=judge: the responses file has no row for the task
+
+
+class JudgmentStatus(StrEnum):
+    """A judgments.json row's ``status``."""
+
+    SCORED = "scored"  # a usable total was read from the reply
+    UNAVAILABLE = "unavailable"  # the call failed or the reply held no usable total (never counted as 0)
+    BUDGET_EXHAUSTED = AnswerStatus.BUDGET_EXHAUSTED.value  # not sent: the spend cap held it back
+
+
+class TaskStatus(StrEnum):
+    """A task's ``status`` in scores.json: its answer's, with ``answered`` split by the panel's outcome."""
+
+    SCORED = JudgmentStatus.SCORED.value  # at least one judge gave a score
+    UNSCORED = "unscored"  # answered, but no judge gave a usable score
+    FAILED = AnswerStatus.FAILED.value
+    OUT_OF_CONTEXT = AnswerStatus.OUT_OF_CONTEXT.value
+    MISSING = AnswerStatus.MISSING.value
+    BUDGET_EXHAUSTED = AnswerStatus.BUDGET_EXHAUSTED.value  # the answer or a judge call was held back by the cap
+
+
+class FailReason(StrEnum):
+    """Why a call failed (``CallResult.reason`` and a row's ``reason``; a row may also hold the judge
+    reply's reason (core/judging.py), the caps rule's words or a served-model mismatch)."""
+
+    REFUSAL = "refusal"
+    EMPTY_OUTPUT = "empty_output"
+    CONTEXT_LENGTH = "context_length"
+    RETRIES_EXHAUSTED = "retries_exhausted"
+    HTTP_ERROR = "http_error"
+    TRANSPORT_ERROR = "transport_error"
+    BAD_RESPONSE = "bad_response"
+    BUDGET_EXHAUSTED = AnswerStatus.BUDGET_EXHAUSTED.value  # not sent: the spend cap held it back
+    QUOTA_EXHAUSTED = "quota_exhausted"  # a quota / spend-limit / billing refusal: never cured by retrying
+    RESPONSE_TOO_LARGE = "response_too_large"
+
+
+class RunStatus(StrEnum):
+    """How a run ended (``RunEnd.status``, run_stats.json's ``status``)."""
+
+    FINISHED = "finished"
+    PARTIAL = "partial"  # stopped by a signal or a storage failure: the files hold what was done
+    FAILED = "failed"  # raised before its files were complete
 
 
 @dataclass(frozen=True)

@@ -40,8 +40,7 @@ from typing import Any
 import httpx
 
 from wildtrace.core import jsonsafe
-from wildtrace.core import records as R
-from wildtrace.core.records import CallResult, Usage
+from wildtrace.core.records import CallResult, FailReason, Usage
 from wildtrace.providers.base import IncompleteStream, Provider, StreamError, WireRequest
 from wildtrace.runtime.budget import Ticket
 from wildtrace.runtime.cache import Cache, StorageError, cache_key
@@ -199,14 +198,14 @@ def interpret(provider: Provider, payload: Any, status: int, attempts: int, late
     try:
         completion = provider.parse_response(payload)
     except (ValueError, TypeError, AttributeError) as exc:
-        return CallResult(False, None, R.BAD_RESPONSE, f"no answer in the {provider.name} format: {exc}", None, Usage(),
-                          attempts, latency_s, status, payload)
+        return CallResult(False, None, FailReason.BAD_RESPONSE, f"no answer in the {provider.name} format: {exc}", None,
+                          Usage(), attempts, latency_s, status, payload)
     base = CallResult(True, completion.text, None, None, completion.finish_reason, completion.usage, attempts,
                       latency_s, status, payload, reasoning=completion.reasoning, served_model=completion.served_model)
     if completion.refusal:
-        return replace(base, ok=False, reason=R.REFUSAL, error=str(completion.refusal))
+        return replace(base, ok=False, reason=FailReason.REFUSAL, error=str(completion.refusal))
     if completion.text is None or not completion.text.strip():
-        return replace(base, ok=False, reason=R.EMPTY_OUTPUT, error="empty or whitespace-only output")
+        return replace(base, ok=False, reason=FailReason.EMPTY_OUTPUT, error="empty or whitespace-only output")
     return base
 
 
@@ -215,7 +214,7 @@ def is_storable(result: CallResult) -> bool:
 
     HTTP errors and exhausted retries are not stored, so a rerun tries them again.
     """
-    return result.ok or result.reason in (R.REFUSAL, R.EMPTY_OUTPUT)
+    return result.ok or result.reason in (FailReason.REFUSAL, FailReason.EMPTY_OUTPUT)
 
 
 def strict(value: Any) -> tuple[Any, tuple[str, ...]]:
@@ -421,7 +420,7 @@ class Endpoint:
         payload, echoed = scrub(stored["payload"])  # an entry written before replies were scrubbed
         result = interpret(self.provider, payload, stored["http_status"], stored["attempts"],
                            time.perf_counter() - started)
-        if result.reason == R.BAD_RESPONSE:  # an older run cached ``choices: []`` as an answer: ask again
+        if result.reason == FailReason.BAD_RESPONSE:  # an older run cached ``choices: []`` as an answer: ask again
             return None
         self.hits += 1
         notes = stored.get("notes")
@@ -457,7 +456,8 @@ class Endpoint:
                               started_at=started_at)
 
         if self.quota_error is not None:
-            return failed(R.QUOTA, f"not sent: an earlier call was refused for quota ({self.quota_error})", 0)
+            return failed(FailReason.QUOTA_EXHAUSTED,
+                          f"not sent: an earlier call was refused for quota ({self.quota_error})", 0)
         wire = self.provider.stream_request(request) if self.streaming else request
         if wire.body is not request.body:  # the streamed body differs; a plain one was encoded for its cache key
             content = encode_body(wire.body)
@@ -470,14 +470,14 @@ class Endpoint:
             bad = attempt.bad is not None
             if attempt.success:
                 result = self._received(attempt, attempt_no, time.perf_counter() - started)
-                if result.reason != R.BAD_RESPONSE:
+                if result.reason != FailReason.BAD_RESPONSE:
                     return replace(result, started_at=started_at)
                 bad, error = True, result.error or ""
             elif bad:
                 error = self._arrived(attempt, attempt.bad or "")
             elif attempt.too_large:
-                return failed(R.RESPONSE_TOO_LARGE, f"response body larger than {self.max_response_bytes} bytes "
-                              "(max_response_mb, counted after decoding); not kept", attempt_no, attempt)
+                return failed(FailReason.RESPONSE_TOO_LARGE, f"response body larger than {self.max_response_bytes} "
+                              "bytes (max_response_mb, counted after decoding); not kept", attempt_no, attempt)
             elif attempt.status in (400, 422) and self._has_temperature(request) \
                     and temperature_rejected(attempt.status, attempt.payload):
                 if not self.temperature_dropped:  # calls in flight meanwhile were rejected too: warn once
@@ -490,11 +490,12 @@ class Endpoint:
                     self.quota_error = error
                     log.warning("%s: quota or spend limit reached (%s); the endpoint's remaining calls fail at once",
                                 self.label, redact(error))
-                    return failed(R.QUOTA, error, attempt_no, attempt)
+                    return failed(FailReason.QUOTA_EXHAUSTED, error, attempt_no, attempt)
                 if verdict == FAIL:
                     return failed(self._reason(attempt), error, attempt_no, attempt)
             if attempt_no > self.retry.max_retries:  # a bad response keeps its own reason: it says what arrived
-                return failed(R.BAD_RESPONSE if bad else R.RETRIES_EXHAUSTED, error, attempt_no, attempt)
+                return failed(FailReason.BAD_RESPONSE if bad else FailReason.RETRIES_EXHAUSTED, error, attempt_no,
+                              attempt)
             self.retries += 1
             self.on_retry(self.label)
             hint = retry_hint(attempt.headers, attempt.payload) if attempt.status is not None else None
@@ -629,7 +630,7 @@ class Endpoint:
         payload, echoed = scrub(attempt.payload)
         result = interpret(self.provider, payload, attempt.status or 200, attempt_no, latency_s)
         result = replace(result, notes=attempt.notes + ((ECHO_NOTE,) if echoed else ()))
-        if result.reason == R.BAD_RESPONSE:
+        if result.reason == FailReason.BAD_RESPONSE:
             return replace(result, error=self._arrived(attempt, result.error or ""))
         return result
 
@@ -664,8 +665,8 @@ class Endpoint:
     def _reason(attempt: Attempt) -> str:
         text = json.dumps(attempt.payload, default=str).lower() if attempt.payload is not None else ""
         if attempt.status in (400, 413, 422) and any(m in text for m in CONTEXT_LENGTH_MARKERS):
-            return R.CONTEXT_LENGTH
-        return R.HTTP_ERROR
+            return FailReason.CONTEXT_LENGTH
+        return FailReason.HTTP_ERROR
 
 
 async def _replay(data: bytes) -> AsyncIterator[bytes]:

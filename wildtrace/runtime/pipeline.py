@@ -19,12 +19,11 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from wildtrace.core import records as R
 from wildtrace.core.caps import Caps, CapsDecision, decide
 from wildtrace.core.events import RunObserver, TaskDone
 from wildtrace.core.judging import parse_judge_reply
 from wildtrace.core.prompts import answer_prompt, document_reference, judge_prompt
-from wildtrace.core.records import AnswerRecord, CallResult, JudgmentRecord
+from wildtrace.core.records import AnswerRecord, AnswerStatus, CallResult, FailReason, JudgmentRecord, JudgmentStatus
 from wildtrace.core.tasks import Task
 from wildtrace.core.views import task_outcome
 from wildtrace.providers.base import EndpointSpec, Provider, Sampling
@@ -71,7 +70,7 @@ class Counters:
 
     def record_call(self, label: str, result: CallResult) -> None:
         """Count one call's outcome under its endpoint (a call the cap kept back is not a call, nor a failure)."""
-        if result.reason == R.BUDGET_EXHAUSTED:
+        if result.reason == FailReason.BUDGET_EXHAUSTED:
             return
         self.calls[label] += 1
         if not result.ok:
@@ -105,7 +104,8 @@ def answer_record(task: Task, caps: CapsDecision, document: dict, prompt_sha: st
     """Turn a call's outcome into the task's responses.json row."""
     return AnswerRecord(
         question_id=task.question_id,
-        status=R.ANSWERED if result.ok else R.BUDGET_EXHAUSTED if result.reason == R.BUDGET_EXHAUSTED else R.FAILED,
+        status=AnswerStatus.ANSWERED if result.ok
+        else AnswerStatus.BUDGET_EXHAUSTED if result.reason == FailReason.BUDGET_EXHAUSTED else AnswerStatus.FAILED,
         caps=caps.to_dict(),
         document=document,
         reason=result.reason,
@@ -124,7 +124,9 @@ def judgment_record(task: Task, judge: str, prompt: str, result: CallResult) -> 
     return JudgmentRecord(
         question_id=task.question_id,
         judge=judge,
-        status=R.JUDGED if available else R.BUDGET_EXHAUSTED if result.reason == R.BUDGET_EXHAUSTED else R.UNAVAILABLE,
+        status=JudgmentStatus.SCORED if available
+        else JudgmentStatus.BUDGET_EXHAUSTED if result.reason == FailReason.BUDGET_EXHAUSTED
+        else JudgmentStatus.UNAVAILABLE,
         reason=None if available else (verdict.reason if verdict else result.reason),
         total=verdict.total if verdict else None,
         score=verdict.score if verdict else None,  # None unless available (JudgeVerdict.available)
@@ -249,7 +251,7 @@ def survey(plan_dataset: Dataset, caps: Caps, model: Provider | None, judges: li
         answer: str | None
         if given_answers is not None:
             row = given_answers.get(task.question_id) or {}
-            answer = row.get("response") if row.get("status") == R.ANSWERED else ""
+            answer = row.get("response") if row.get("status") == AnswerStatus.ANSWERED else ""
         elif not decisions[task.question_id].in_scope:
             out.out_of_context += 1
             continue
@@ -373,8 +375,8 @@ class _Run:
         task, plan, decision = ready.task, self.plan, self.decisions[ready.task.question_id]
         document_ref = document_of(plan.dataset, task)
         if not decision.in_scope:
-            return AnswerRecord(question_id=task.question_id, status=R.OUT_OF_CONTEXT, caps=decision.to_dict(),
-                                document=document_ref,
+            return AnswerRecord(question_id=task.question_id, status=AnswerStatus.OUT_OF_CONTEXT,
+                                caps=decision.to_dict(), document=document_ref,
                                 reason=f"document has {decision.doc_chars} characters > {decision.cap_kind} cap "
                                        f"{decision.cap}")
         assert plan.model is not None and ready.prepared is not None
@@ -414,8 +416,9 @@ class _Run:
         """A task has its answer and every judgment: tell the observer and the progress line."""
         qid = task.question_id
         row = self.answers[qid]
-        rows = [self.judgments[(qid, j.label)].to_dict() for j in self.plan.judges if (qid, j.label) in self.judgments]
-        status, score = task_outcome(row["status"], rows)
+        records = [self.judgments[(qid, j.label)] for j in self.plan.judges if (qid, j.label) in self.judgments]
+        rows = [j.to_dict() for j in records]
+        status, score = task_outcome(row["status"], records)
         self.done.add(qid)
         self.counters.tasks_done += 1
         meta = {k: task.meta[k] for k in ("paradigm", "context_tier") if k in task.meta}
@@ -428,7 +431,7 @@ class _Run:
             record = await self.judge(judge, task, response)
             self.judgments[(task.question_id, judge.label)] = record
             self.observer.call_finished(task.question_id, judge.label, record.to_dict())
-            if record.status == R.JUDGED:
+            if record.status == JudgmentStatus.SCORED:
                 self.counters.judged += 1
             else:
                 self.counters.judge_unavailable += 1
@@ -444,15 +447,15 @@ class _Run:
     def settle(self, group: asyncio.TaskGroup, task: Task, row: dict) -> None:
         self.answers[task.question_id] = row
         status = row["status"]
-        if status == R.ANSWERED:
+        if status == AnswerStatus.ANSWERED:
             self.counters.answered += 1
             if self.plan.judges:
                 group.create_task(self.judge_all(task, row["response"]))
                 self.progress(self.counters, False)
                 return
-        elif status == R.OUT_OF_CONTEXT:
+        elif status == AnswerStatus.OUT_OF_CONTEXT:
             self.counters.out_of_context += 1
-        elif status == R.BUDGET_EXHAUSTED:
+        elif status == AnswerStatus.BUDGET_EXHAUSTED:
             self.counters.budget_exhausted += 1
         else:
             self.counters.failed += 1
@@ -473,7 +476,7 @@ class _Run:
                     self.observer.task_started(task.question_id)
                     row = plan.given_answers.get(task.question_id)
                     if row is None:
-                        row = {"question_id": task.question_id, "status": R.MISSING,
+                        row = {"question_id": task.question_id, "status": AnswerStatus.MISSING,
                                "caps": self.decisions[task.question_id].to_dict(),
                                "document": document_of(plan.dataset, task), "reason": "no row in the responses file"}
                         self.answers[task.question_id] = row
@@ -502,7 +505,7 @@ class _Run:
                     record = await self.answer(item)
                     del item
                     row = record.to_dict()
-                    if record.status != R.OUT_OF_CONTEXT:
+                    if record.status != AnswerStatus.OUT_OF_CONTEXT:
                         self.observer.call_finished(task.question_id, "model", row)
                     self.settle(group, task, row)
 

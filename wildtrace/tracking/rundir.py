@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from wildtrace.core import views
-from wildtrace.core.records import OUT_OF_CONTEXT
+from wildtrace.core.records import AnswerStatus, RunStatus
 
 RUN_FILES = ("scores.json", "responses.json", "judgments.json", "run_stats.json", "config.json")
 MAX_PARAM_CHARS = 6000
@@ -49,7 +49,7 @@ class RunDir:
     @property
     def status(self) -> str:
         """"finished" or "partial", as run_stats.json says (old runs: finished)."""
-        return str(self.stats.get("status") or "finished")
+        return str(self.stats.get("status") or RunStatus.FINISHED)
 
 
 def _load(path: Path, default: Any = None) -> Any:
@@ -294,4 +294,5 @@ def task_status_of(answer: Mapping, score_row: Mapping | None) -> str:
     """A task's status for its trace: scores.json's, else the answer's."""
     if score_row and score_row.get("status"):
         return str(score_row["status"])
-    return OUT_OF_CONTEXT if answer.get("status") == OUT_OF_CONTEXT else str(answer.get("status"))
+    status = answer.get("status")
+    return AnswerStatus.OUT_OF_CONTEXT if status == AnswerStatus.OUT_OF_CONTEXT else str(status)

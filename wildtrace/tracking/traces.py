@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wildtrace.core.events import TaskDone
-from wildtrace.core.records import OUT_OF_CONTEXT
+from wildtrace.core.records import AnswerStatus
 from wildtrace.tracking.rundir import RunDir, task_status_of
 from wildtrace.tracking.store import open_store
 
@@ -262,7 +262,8 @@ def build_trace(done: TaskDone, target: TraceTarget) -> Any:
                      {k: str(v) for k, v in done.meta.items()}),
               _Draft("caps decision", "PARSER", start, start, {"doc_chars": (r.get("caps") or {}).get("doc_chars")},
                      r.get("caps"), {}, parent=0)]
-    if r.get("status") != OUT_OF_CONTEXT and (r.get("attempts") or r.get("cached")):  # a call was made or served
+    made = r.get("attempts") or r.get("cached")  # a call was made or served
+    if r.get("status") != AnswerStatus.OUT_OF_CONTEXT and made:
         drafts.append(_answer_draft(done, target, (start, end)))
     drafts.extend(_judge_draft(j, target, (start, end)) for j in done.judgments)
     spans = _spans(drafts, otel, trace_id, target.experiment_id)
