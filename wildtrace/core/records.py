@@ -7,6 +7,7 @@ MLflow tables are made of, and what a later report reads back.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 from enum import StrEnum
 from typing import Any
@@ -146,12 +147,66 @@ class CallResult:
     batched: bool = False  # sent through the provider's batch API (its batch discount applies)
 
 
+@dataclass(frozen=True)
+class CallProvenance:
+    """Where a call's outcome came from and what it cost: the same facts for an answer and a judgment.
+
+    Its fields are the last keys of a responses.json and a judgments.json row, in this order
+    (``row_of`` writes them flat, as the rows have always held them).
+    """
+
+    raw: Any = None  # the provider's JSON (or error body) as received
+    reasoning: str | None = None  # reasoning text returned beside the answer (never judged)
+    served_model: str | None = None  # the model the response says answered
+    cached: bool = False  # served from the outcome cache in this run
+    original_latency_s: float | None = None  # when cached: the paid call's latency
+    temperature_sent: bool | str | None = None  # False: rejected and omitted; "ignored": sent, documented as ignored
+    notes: tuple[str, ...] = ()  # what the harness changed on the way
+    cost_usd: float | None = None  # what this call cost in this run (0 when cached); None: unknown
+    original_cost_usd: float | None = None  # when cached: what the paid call cost
+    batched: bool = False  # sent through the provider's batch API (its batch discount applies)
+
+    @classmethod
+    def of(cls, result: CallResult) -> CallProvenance:
+        """A call's provenance, from its outcome."""
+        return cls(raw=result.raw, reasoning=result.reasoning, served_model=result.served_model, cached=result.cached,
+                   original_latency_s=result.original_latency_s, temperature_sent=result.temperature_sent,
+                   notes=tuple(result.notes), cost_usd=result.cost_usd, original_cost_usd=result.original_cost_usd,
+                   batched=result.batched)
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> CallProvenance:
+        """Read back from a row: keys an older row lacks take their defaults (rows before costs, batches, …)."""
+        given = {name: row[name] for name in PROVENANCE_KEYS if name in row}
+        if "notes" in given:
+            given["notes"] = tuple(given["notes"] or ())
+        return cls(**given)
+
+
+#: CallProvenance's fields, in row order.
+PROVENANCE_KEYS = tuple(f.name for f in fields(CallProvenance))
+
+
+def row_of(record: AnswerRecord | JudgmentRecord) -> dict:
+    """A record as its flat JSON row: its own fields, then its provenance's (the layout readers expect)."""
+    row = plain(record)
+    provenance = row.pop("provenance")
+    provenance["notes"] = list(provenance["notes"])
+    row.update(provenance)
+    return row
+
+
+def _own(cls: type, row: Mapping[str, Any]) -> dict[str, Any]:
+    """The row's values for ``cls``'s own fields (not its provenance); keys an older row lacks are left out."""
+    return {f.name: row[f.name] for f in fields(cls) if f.name != "provenance" and f.name in row}
+
+
 @dataclass
 class AnswerRecord:
     """A task's row in responses.json."""
 
     question_id: str
-    status: str
+    status: AnswerStatus
     caps: dict
     document: dict = field(default_factory=dict)  # corpus_file, sha256: the document by reference
     reason: str | None = None
@@ -165,20 +220,20 @@ class AnswerRecord:
     http_status: int | None = None
     prompt_sha256: str | None = None
     prompt_ref: str | None = None  # the prompt with the document replaced by its reference
-    raw: Any = None
-    reasoning: str | None = None  # reasoning text returned beside the answer (never judged)
-    served_model: str | None = None  # the model the response says answered
-    cached: bool = False  # served from the outcome cache in this run
-    original_latency_s: float | None = None  # when cached: the paid call's latency
-    temperature_sent: bool | str | None = None  # False: rejected and omitted; "ignored": sent, documented as ignored
-    notes: list[str] = field(default_factory=list)  # what the harness changed on the way
-    cost_usd: float | None = None  # what this call cost in this run (0 when cached); None: unknown
-    original_cost_usd: float | None = None  # when cached: what the paid call cost
-    batched: bool = False  # sent through the provider's batch API (its batch discount applies)
+    provenance: CallProvenance = field(default_factory=CallProvenance)  # raw … batched, last in the row
 
     def to_dict(self) -> dict:
-        """Plain dict for JSON rows."""
-        return plain(self)
+        """The responses.json row (flat: see ``row_of``)."""
+        return row_of(self)
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> AnswerRecord:
+        """A responses.json row read back (an older row lacks the newer keys; a foreign row's extra keys are
+        not part of the record)."""
+        own = _own(cls, row)
+        own["status"] = AnswerStatus(own["status"])
+        own.setdefault("caps", {})
+        return cls(**own, provenance=CallProvenance.from_row(row))
 
 
 @dataclass
@@ -187,7 +242,7 @@ class JudgmentRecord:
 
     question_id: str
     judge: str
-    status: str
+    status: JudgmentStatus
     reason: str | None
     total: float | None
     score: float | None
@@ -201,17 +256,17 @@ class JudgmentRecord:
     prompt_sha256: str
     started_at: float | None = None
     prompt: str = ""  # the full judge prompt: small, and what an auditor needs to see
-    raw: Any = None
-    reasoning: str | None = None  # reasoning text returned beside the answer (never judged)
-    served_model: str | None = None  # the model the response says answered
-    cached: bool = False  # served from the outcome cache in this run
-    original_latency_s: float | None = None  # when cached: the paid call's latency
-    temperature_sent: bool | str | None = None  # False: rejected and omitted; "ignored": sent, documented as ignored
-    notes: list[str] = field(default_factory=list)  # what the harness changed on the way
-    cost_usd: float | None = None  # what this call cost in this run (0 when cached); None: unknown
-    original_cost_usd: float | None = None  # when cached: what the paid call cost
-    batched: bool = False  # sent through the provider's batch API (its batch discount applies)
+    provenance: CallProvenance = field(default_factory=CallProvenance)  # raw … batched, last in the row
 
     def to_dict(self) -> dict:
-        """Plain dict for JSON rows."""
-        return plain(self)
+        """The judgments.json row (flat: see ``row_of``)."""
+        return row_of(self)
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> JudgmentRecord:
+        """A judgments.json row read back (an older row lacks the newer keys: they take their defaults)."""
+        own = {"reason": None, "total": None, "score": None, "parsed": None, "reply": None, "error": None,
+               "usage": {}, "attempts": 0, "latency_s": None, "http_status": None, "prompt_sha256": "",
+               **_own(cls, row)}
+        own["status"] = JudgmentStatus(own["status"])
+        return cls(**own, provenance=CallProvenance.from_row(row))

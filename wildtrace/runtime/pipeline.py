@@ -23,7 +23,8 @@ from wildtrace.core.caps import Caps, CapsDecision, decide
 from wildtrace.core.events import RunObserver, TaskDone
 from wildtrace.core.judging import parse_judge_reply
 from wildtrace.core.prompts import answer_prompt, document_reference, judge_prompt
-from wildtrace.core.records import AnswerRecord, AnswerStatus, CallResult, FailReason, JudgmentRecord, JudgmentStatus
+from wildtrace.core.records import (AnswerRecord, AnswerStatus, CallProvenance, CallResult, FailReason, JudgmentRecord,
+                                    JudgmentStatus)
 from wildtrace.core.tasks import Task
 from wildtrace.core.views import task_outcome
 from wildtrace.providers.base import EndpointSpec, Provider, Sampling
@@ -89,14 +90,10 @@ def make_endpoint(spec: EndpointSpec, key: str | None, retry: RetryPolicy, cache
 
 
 def call_fields(result: CallResult) -> dict:
-    """What every record keeps of its call: error, usage, attempts, timing, status, raw JSON, provenance."""
+    """What every record keeps of its call: error, usage, attempts, timing, HTTP status, and its provenance."""
     return {"error": result.error, "usage": result.usage.to_dict(), "attempts": result.attempts,
             "latency_s": result.latency_s, "started_at": result.started_at, "http_status": result.http_status,
-            "raw": result.raw, "reasoning": result.reasoning, "served_model": result.served_model,
-            "cached": result.cached, "original_latency_s": result.original_latency_s,
-            "temperature_sent": result.temperature_sent, "notes": list(result.notes),
-            "cost_usd": result.cost_usd, "original_cost_usd": result.original_cost_usd,
-            "batched": result.batched}
+            "provenance": CallProvenance.of(result)}
 
 
 def answer_record(task: Task, caps: CapsDecision, document: dict, prompt_sha: str, prompt_ref: str,
