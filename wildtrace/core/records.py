@@ -178,8 +178,8 @@ class CallProvenance:
     def from_row(cls, row: Mapping[str, Any]) -> CallProvenance:
         """Read back from a row: keys an older row lacks take their defaults (rows before costs, batches, …)."""
         given = {name: row[name] for name in PROVENANCE_KEYS if name in row}
-        if "notes" in given:
-            given["notes"] = tuple(given["notes"] or ())
+        if "notes" in given:  # a list in the file (a foreign row's may be anything: then it says nothing)
+            given["notes"] = tuple(given["notes"]) if isinstance(given["notes"], (list, tuple)) else ()
         return cls(**given)
 
 

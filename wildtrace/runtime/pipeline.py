@@ -330,7 +330,9 @@ class _Run:
                  progress: Callable[[Counters, bool], None], stop: Stop) -> None:
         self.plan, self.observer, self.counters, self.progress, self.stop = plan, observer, counters, progress, stop
         self.decisions = decisions_of(plan.dataset, plan.caps)
-        self.answers: dict[str, dict] = {}
+        self.answers: dict[str, AnswerRecord] = {}
+        #: stage=judge: each task's row as given; responses.json keeps it whole (a foreign row's own keys too).
+        self.given_rows: dict[str, dict] = {}
         self.judgments: dict[tuple[str, str], JudgmentRecord] = {}
         self.done: set[str] = set()
 
@@ -412,22 +414,21 @@ class _Run:
     def finish_task(self, task: Task) -> None:
         """A task has its answer and every judgment: tell the observer and the progress line."""
         qid = task.question_id
-        row = self.answers[qid]
-        records = [self.judgments[(qid, j.label)] for j in self.plan.judges if (qid, j.label) in self.judgments]
-        rows = [j.to_dict() for j in records]
-        status, score = task_outcome(row["status"], records)
+        answer = self.answers[qid]
+        judgments = [self.judgments[(qid, j.label)] for j in self.plan.judges if (qid, j.label) in self.judgments]
+        status, score = task_outcome(answer.status, judgments)
         self.done.add(qid)
         self.counters.tasks_done += 1
         meta = {k: task.meta[k] for k in ("paradigm", "context_tier") if k in task.meta}
-        self.observer.task_done(TaskDone(question_id=qid, answer=row, judgments=rows, status=status, score=score,
-                                         meta=meta))
+        self.observer.task_done(TaskDone(question_id=qid, answer=answer, judgments=judgments, status=status,
+                                         score=score, meta=meta))
         self.progress(self.counters, True)
 
     async def judge_all(self, task: Task, response: str) -> None:
         async def one(judge: Endpoint) -> None:
             record = await self.judge(judge, task, response)
             self.judgments[(task.question_id, judge.label)] = record
-            self.observer.call_finished(task.question_id, judge.label, record.to_dict())
+            self.observer.call_finished(task.question_id, judge.label, record)
             if record.status == JudgmentStatus.SCORED:
                 self.counters.judged += 1
             else:
@@ -441,13 +442,18 @@ class _Run:
                 panel.create_task(one(judge))
         self.finish_task(task)
 
-    def settle(self, group: asyncio.TaskGroup, task: Task, row: dict) -> None:
-        self.answers[task.question_id] = row
-        status = row["status"]
+    def answer_row(self, question_id: str) -> dict:
+        """The task's responses.json row: as given (stage=judge), else its record's."""
+        given = self.given_rows.get(question_id)
+        return given if given is not None else self.answers[question_id].to_dict()
+
+    def settle(self, group: asyncio.TaskGroup, task: Task, record: AnswerRecord) -> None:
+        self.answers[task.question_id] = record
+        status = record.status
         if status == AnswerStatus.ANSWERED:
             self.counters.answered += 1
             if self.plan.judges:
-                group.create_task(self.judge_all(task, row["response"]))
+                group.create_task(self.judge_all(task, record.response or ""))  # answered: it has text
                 self.progress(self.counters, False)
                 return
         elif status == AnswerStatus.OUT_OF_CONTEXT:
@@ -476,13 +482,15 @@ class _Run:
                         row = {"question_id": task.question_id, "status": AnswerStatus.MISSING,
                                "caps": self.decisions[task.question_id].to_dict(),
                                "document": document_of(plan.dataset, task), "reason": "no row in the responses file"}
-                        self.answers[task.question_id] = row
+                        self.given_rows[task.question_id] = row
+                        self.answers[task.question_id] = AnswerRecord.from_row(row)
                         self.counters.failed += 1
                         self.finish_task(task)
                         continue
                     row.setdefault("caps", self.decisions[task.question_id].to_dict())
                     row.setdefault("document", document_of(plan.dataset, task))
-                    self.settle(group, task, row)
+                    self.given_rows[task.question_id] = row
+                    self.settle(group, task, AnswerRecord.from_row(row))
                 return
             assert plan.model is not None
             workers = min(plan.model.provider.spec.max_concurrency, len(tasks))
@@ -501,10 +509,9 @@ class _Run:
                     self.observer.task_started(task.question_id)
                     record = await self.answer(item)
                     del item
-                    row = record.to_dict()
                     if record.status != AnswerStatus.OUT_OF_CONTEXT:
-                        self.observer.call_finished(task.question_id, "model", row)
-                    self.settle(group, task, row)
+                        self.observer.call_finished(task.question_id, "model", record)
+                    self.settle(group, task, record)
 
             preparer = asyncio.create_task(self.prepare_all(ready, workers))
             try:
@@ -548,13 +555,14 @@ async def execute(plan: Plan, counters: Counters | None = None,
     order = {t.question_id: i for i, t in enumerate(tasks)}
     judge_order = {j.label: i for i, j in enumerate(plan.judges)}
     by_order = sorted(state.judgments.values(), key=lambda j: (order[j.question_id], judge_order[j.judge]))
+    rows = {t.question_id: state.answer_row(t.question_id) for t in tasks if t.question_id in state.answers}
     return Outcome(
-        answers=[state.answers[t.question_id] for t in tasks if t.question_id in state.done],
+        answers=[rows[t.question_id] for t in tasks if t.question_id in state.done],
         judgments=[j for j in by_order if j.question_id in state.done],
         counters=counters,
         wall_s=time.perf_counter() - started,
         stopped=stop.reason,
-        received_answers=[state.answers[t.question_id] for t in tasks if t.question_id in state.answers],
+        received_answers=list(rows.values()),
         received_judgments=by_order,
     )
 

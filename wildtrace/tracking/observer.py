@@ -98,7 +98,7 @@ class MlflowObserver(RunObserver):
 
     @staticmethod
     def _store_document(uploader: DocumentUploader, corpus: str, done: TaskDone) -> None:
-        uploader.put_task(done.answer, corpus)
+        uploader.put_task(done.answer.document, corpus)
 
     def task_done(self, done: TaskDone) -> None:
         """Queue the task's trace for the export thread (never blocks the event loop)."""

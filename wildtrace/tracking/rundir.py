@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from wildtrace.core import views
-from wildtrace.core.records import AnswerStatus, RunStatus
+from wildtrace.core.records import AnswerRecord, AnswerStatus, RunStatus, TaskStatus
 
 RUN_FILES = ("scores.json", "responses.json", "judgments.json", "run_stats.json", "config.json")
 MAX_PARAM_CHARS = 6000
@@ -290,9 +290,8 @@ def judgment_table(rd: RunDir) -> pd.DataFrame:
     } for j in rd.judgments])
 
 
-def task_status_of(answer: Mapping, score_row: Mapping | None) -> str:
-    """A task's status for its trace: scores.json's, else the answer's."""
+def task_status_of(answer: AnswerRecord, score_row: Mapping | None) -> TaskStatus | AnswerStatus:
+    """A task's status for its trace: scores.json's, else the answer's (stage=answer writes no scores)."""
     if score_row and score_row.get("status"):
-        return str(score_row["status"])
-    status = answer.get("status")
-    return AnswerStatus.OUT_OF_CONTEXT if status == AnswerStatus.OUT_OF_CONTEXT else str(status)
+        return TaskStatus(score_row["status"])
+    return answer.status
