@@ -18,7 +18,7 @@ from conftest import TEST_KEY_ENV, make_task, settings, write_release
 from loopback import Call, Reply
 from test_batch import QID, BatchServer, answer_text, overrides, prompt_of, rows, usage_for
 
-from wildtrace.core import records as R
+from wildtrace.core.records import AnswerStatus
 from wildtrace.core.prompts import answer_prompt, judge_prompt
 from wildtrace.core.tasks import parse_rubric
 from wildtrace.providers.base import Sampling
@@ -114,11 +114,11 @@ def test_a_capped_batch_sends_only_what_fits_and_never_passes_the_cap(tmp_path, 
     assert total_recorded(run_dir) <= cap
     assert abs(Decimal(str(result.stats["cost"]["total_usd"])) - spent) < Decimal("1e-8")
     answers = rows(run_dir, "responses.json")
-    paid = [r for r in answers if r["status"] == R.ANSWERED]
-    held = [r for r in answers if r["status"] == R.BUDGET_EXHAUSTED]
+    paid = [r for r in answers if r["status"] == AnswerStatus.ANSWERED]
+    held = [r for r in answers if r["status"] == AnswerStatus.BUDGET_EXHAUSTED]
     assert len(paid) == 2 and len(held) == N - 2 == result.stats["cost"]["not_sent_budget"]
     assert all(r["batched"] and r["cost_usd"] > 0 for r in paid)
-    assert all(r["reason"] == R.BUDGET_EXHAUSTED and r["attempts"] == 0 and r["cost_usd"] == 0.0
+    assert all(r["reason"] == AnswerStatus.BUDGET_EXHAUSTED and r["attempts"] == 0 and r["cost_usd"] == 0.0
                and not r["cached"] and f"budget.max_usd=${float(cap)}" in r["error"] for r in held)
     assert result.exit_code == EXIT_BUDGET and "BUDGET CAP REACHED" in result.headline
     assert result.stats["failures"] == {}  # held back is not a failure of the model
@@ -144,8 +144,8 @@ def test_items_that_fit_once_a_batch_settles_go_into_the_next_batch(tmp_path, re
     assert spent <= cap and total_recorded(Path(cfg.out_dir)) <= cap
     answers = rows(Path(cfg.out_dir), "responses.json")
     sent = sum(len(b) for b in batches)
-    assert sent + sum(r["status"] == R.BUDGET_EXHAUSTED for r in answers) == N
-    assert sent > 2 and sum(r["status"] == R.ANSWERED for r in answers) == sent
+    assert sent + sum(r["status"] == AnswerStatus.BUDGET_EXHAUSTED for r in answers) == N
+    assert sent > 2 and sum(r["status"] == AnswerStatus.ANSWERED for r in answers) == sent
     assert abs(Decimal(str(result.stats["cost"]["total_usd"])) - spent) < Decimal("1e-8")
 
 
@@ -167,11 +167,11 @@ def test_an_open_batch_under_a_cap_is_polled_whole_or_left_for_a_later_run(tmp_p
         held = run(second)
         assert server.polls == polls and list(server.batches) == ["batch_1"]  # neither polled nor sent again
         answers = rows(Path(second.out_dir), "responses.json")
-        assert [r["status"] for r in answers] == [R.BUDGET_EXHAUSTED] * N and held.exit_code == EXIT_BUDGET
+        assert [r["status"] for r in answers] == [AnswerStatus.BUDGET_EXHAUSTED] * N and held.exit_code == EXIT_BUDGET
         third = settings(tmp_path / "c", [*capped(server.url, release, cache), "stage=answer", "budget.max_usd=1"])
         assert run(third).exit_code == 0
     assert list(server.batches) == ["batch_1"], "a second batch was created for items already sent"
-    assert [r["status"] for r in rows(Path(third.out_dir), "responses.json")] == [R.ANSWERED] * N
+    assert [r["status"] for r in rows(Path(third.out_dir), "responses.json")] == [AnswerStatus.ANSWERED] * N
 
 
 def test_a_rerun_with_a_higher_cap_batches_only_the_items_held_back(tmp_path, release, test_key):
@@ -184,7 +184,7 @@ def test_a_rerun_with_a_higher_cap_batches_only_the_items_held_back(tmp_path, re
         assert run(first).exit_code == EXIT_BUDGET
         paid_first = {key for key, _ in sent_items(server)}
         held = {r["question_id"] for r in rows(Path(first.out_dir), "responses.json")
-                if r["status"] == R.BUDGET_EXHAUSTED}
+                if r["status"] == AnswerStatus.BUDGET_EXHAUSTED}
         assert len(paid_first) == 3 and len(held) == N - 3
         batches_first = len(server.batches)
         second = settings(tmp_path / "b", [*capped(server.url, release, cache), "stage=answer", "budget.max_usd=1"])
@@ -195,7 +195,7 @@ def test_a_rerun_with_a_higher_cap_batches_only_the_items_held_back(tmp_path, re
     assert not {key for key, _ in again} & paid_first  # nothing re-paid
     assert {QID.search(prompt_of(body)).group(1) for _, body in again} == held  # only those held back
     answers = {r["question_id"]: r for r in rows(Path(second.out_dir), "responses.json")}
-    assert all(r["status"] == R.ANSWERED for r in answers.values())
+    assert all(r["status"] == AnswerStatus.ANSWERED for r in answers.values())
     assert {q for q, r in answers.items() if not r["cached"]} == held  # the held-back were never cached
     spent = sum((billed(body) for _, body in again), Decimal(0))
     assert abs(Decimal(str(rerun.stats["cost"]["total_usd"])) - spent) < Decimal("1e-8")
@@ -222,8 +222,8 @@ def test_a_run_cap_and_an_endpoint_cap_hold_over_batched_answers_and_judgments(t
     assert total_recorded(run_dir) <= run_cap
     assert abs(Decimal(str(result.stats["cost"]["total_usd"])) - answer_spend - judge_spend) < Decimal("1e-8")
     answers, judgments = rows(run_dir, "responses.json"), rows(run_dir, "judgments.json")
-    held_answers = [r for r in answers if r["status"] == R.BUDGET_EXHAUSTED]
-    held_judgments = [j for j in judgments if j["status"] == R.BUDGET_EXHAUSTED]
+    held_answers = [r for r in answers if r["status"] == AnswerStatus.BUDGET_EXHAUSTED]
+    held_judgments = [j for j in judgments if j["status"] == AnswerStatus.BUDGET_EXHAUSTED]
     assert len(held_answers) == N - 3 and all("model.max_usd" in r["error"] for r in held_answers)
     assert len(held_judgments) == 3 - len(judged) and all("budget.max_usd" in j["error"] for j in held_judgments)
     assert all(j["batched"] for j in judgments if j["status"] == "scored")
@@ -283,7 +283,7 @@ def test_items_in_pending_batches_and_synchronous_calls_share_one_cap(tmp_path, 
     assert spent <= cap and total_recorded(Path(cfg.out_dir)) <= cap
     assert abs(Decimal(str(result.stats["cost"]["total_usd"])) - spent) < Decimal("1e-8")
     judgments = rows(Path(cfg.out_dir), "judgments.json")
-    held = [j for j in judgments if j["status"] == R.BUDGET_EXHAUSTED]
+    held = [j for j in judgments if j["status"] == AnswerStatus.BUDGET_EXHAUSTED]
     assert len(judged) == N + 2 and len(held) == N - 2  # every judgment was sent or held back
     assert all(j["judge"] == "j2" and "budget.max_usd" in j["error"] for j in held)
     assert result.exit_code == EXIT_BUDGET

@@ -36,7 +36,7 @@ N_TASKS = 24
 
 def result(prompt: int | None, completion: int | None, ok: bool = True, cached: bool = False,
            status: int | None = 200, attempts: int = 1) -> CallResult:
-    return CallResult(ok, "x" if ok else None, None if ok else R.TRANSPORT_ERROR, None, "stop",
+    return CallResult(ok, "x" if ok else None, None if ok else R.FailReason.TRANSPORT_ERROR, None, "stop",
                       Usage(prompt, completion), attempts, 0.1, status, {}, cached=cached)
 
 
@@ -80,7 +80,8 @@ def test_a_call_whose_worst_case_does_not_fit_is_refused(run_cap, cap, fits):
         assert await t.reserve() is fits
         if not fits:
             refusal = t.refusal()
-            assert refusal.reason == R.BUDGET_EXHAUSTED and refusal.attempts == 0 and "max_usd" in refusal.error
+            assert refusal.reason == R.FailReason.BUDGET_EXHAUSTED and refusal.attempts == 0
+            assert "max_usd" in refusal.error
             assert book.not_sent() == 1 and book.committed() == 0
     asyncio.run(go())
 
@@ -212,7 +213,7 @@ def test_a_cap_stops_the_run_part_way_and_is_never_passed(tmp_path, release):
     cost = first.stats["cost"]
     assert abs(Decimal(str(cost["total_usd"])) - billed(sent)) < Decimal("1e-8")
     rows = json.loads((first.out_dir / "responses.json").read_text())
-    held = [r for r in rows if r["status"] == R.BUDGET_EXHAUSTED]
+    held = [r for r in rows if r["status"] == R.AnswerStatus.BUDGET_EXHAUSTED]
     assert len(held) == N_TASKS - len(sent) == cost["not_sent_budget"]
     assert all(r["attempts"] == 0 and r["cost_usd"] == 0.0 and "budget.max_usd" in r["error"] for r in held)
     assert first.exit_code == EXIT_BUDGET
@@ -238,7 +239,7 @@ def test_a_rerun_with_a_higher_cap_pays_only_for_the_unsent_calls(tmp_path, rele
     assert {c.raw for c in paid_second}.isdisjoint({c.raw for c in paid_first})
     assert abs(Decimal(str(second.stats["cost"]["total_usd"])) - billed(paid_second)) < Decimal("1e-8")
     rows = json.loads((second.out_dir / "responses.json").read_text())
-    assert all(r["status"] == R.ANSWERED for r in rows) and second.exit_code == 0
+    assert all(r["status"] == R.AnswerStatus.ANSWERED for r in rows) and second.exit_code == 0
     assert sum(r["cached"] for r in rows) == N_TASKS - unsent
 
 
@@ -252,7 +253,7 @@ def test_a_judge_cap_holds_judgments_back_without_counting_them_against_anyone(t
     judged = [c for c in server.calls if c.route == "judge-a"]
     assert 0 < len(judged) < N_TASKS and billed(judged, judge_price) <= Decimal("0.004")
     rows = json.loads((result.out_dir / "judgments.json").read_text())
-    held = [j for j in rows if j["status"] == R.BUDGET_EXHAUSTED]
+    held = [j for j in rows if j["status"] == R.JudgmentStatus.BUDGET_EXHAUSTED]
     assert len(held) == N_TASKS - len(judged)
     summary = result.summary
     assert summary["n_budget_exhausted"] == len(held) and summary["n_scored"] == len(judged)

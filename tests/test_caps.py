@@ -2,7 +2,8 @@
 
 import pytest
 
-from wildtrace.core.caps import IN_SCOPE, OUT_OF_CONTEXT, Caps, count_ideographs, decide, decide_for_text
+from wildtrace.core.caps import Caps, count_ideographs, decide, decide_for_text
+from wildtrace.core.records import Scope
 
 CAPS = Caps(en=100, cjk=50)
 
@@ -39,26 +40,26 @@ def test_twenty_ideographs_is_english_twenty_one_is_cjk(ideographs, kind, cap):
 @pytest.mark.parametrize(
     "chars, ideographs, scope",
     [
-        (100, 0, IN_SCOPE),  # equal to the en cap: in scope
-        (101, 0, OUT_OF_CONTEXT),  # one over: out
-        (50, 21, IN_SCOPE),  # equal to the cjk cap
-        (51, 21, OUT_OF_CONTEXT),
-        (99, 21, OUT_OF_CONTEXT),  # fits the en cap but the document is CJK
-        (0, 0, IN_SCOPE),
+        (100, 0, Scope.IN_SCOPE),  # equal to the en cap: in scope
+        (101, 0, Scope.OUT_OF_CONTEXT),  # one over: out
+        (50, 21, Scope.IN_SCOPE),  # equal to the cjk cap
+        (51, 21, Scope.OUT_OF_CONTEXT),
+        (99, 21, Scope.OUT_OF_CONTEXT),  # fits the en cap but the document is CJK
+        (0, 0, Scope.IN_SCOPE),
     ],
 )
 def test_cap_boundaries(chars, ideographs, scope):
     decision = decide(chars, ideographs, CAPS)
     assert decision.scope == scope
-    assert decision.in_scope == (scope == IN_SCOPE)
+    assert decision.in_scope == (scope == Scope.IN_SCOPE)
     assert decision.doc_chars == chars and decision.ideographs == ideographs
 
 
 def test_decide_for_text_counts_characters_not_bytes():
     text = "一" * 30 + "x" * 20  # 50 characters, 110 UTF-8 bytes
     decision = decide_for_text(text, CAPS)
-    assert decision.to_dict() == {"doc_chars": 50, "ideographs": 30, "cap_kind": "cjk", "cap": 50, "scope": IN_SCOPE}
-    assert decide_for_text(text + "y", CAPS).scope == OUT_OF_CONTEXT
+    assert decision.to_dict() == {"doc_chars": 50, "ideographs": 30, "cap_kind": "cjk", "cap": 50, "scope": "in_scope"}
+    assert decide_for_text(text + "y", CAPS).scope == Scope.OUT_OF_CONTEXT
 
 
 def test_exactly_twenty_in_window_then_more_after_window_stays_english():

@@ -13,6 +13,7 @@ from conftest import TEST_KEY_ENV, compose_config, make_task, openai_judge, sett
 from loopback import Call, LoopbackServer, Reply
 from wildtrace.config import ConfigError, to_settings
 from wildtrace.core.cost import Billable, Price, billable, cost_usd, in_tier, total_usd
+from wildtrace.core.records import AnswerRecord
 from wildtrace.providers.anthropic import AnthropicProvider
 from wildtrace.providers.gemini import GeminiProvider
 from wildtrace.providers.openai import OpenAIProvider
@@ -297,10 +298,13 @@ def test_mlflow_run_has_cost_metrics(tmp_path, release):
 
 
 def test_trace_spans_carry_each_calls_cost():
-    assert call_attributes({"cost_usd": 0.0123, "cached": False}, "m")["wildtrace.cost_usd"] == 0.0123
-    cached = call_attributes({"cost_usd": 0.0, "cached": True, "original_cost_usd": 0.5}, "m")
+    def answer(**row):
+        return AnswerRecord.from_row({"question_id": "q1", "status": "answered", **row})
+
+    assert call_attributes(answer(cost_usd=0.0123, cached=False), "m")["wildtrace.cost_usd"] == 0.0123
+    cached = call_attributes(answer(cost_usd=0.0, cached=True, original_cost_usd=0.5), "m")
     assert (cached["wildtrace.cost_usd"], cached["wildtrace.original_cost_usd"]) == (0.0, 0.5)
-    assert "wildtrace.cost_usd" not in call_attributes({"cost_usd": None}, "m")  # unknown: no attribute, never 0
+    assert "wildtrace.cost_usd" not in call_attributes(answer(cost_usd=None), "m")  # unknown: no attribute, never 0
 
 
 def test_report_has_a_cost_column_and_cost_per_point(tmp_path, release):

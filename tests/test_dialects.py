@@ -188,14 +188,15 @@ GOOD = "守夜人签署了报告。"
     ("replies", "ok", "reason", "error", "requests", "cached_second"),
     [
         # The moderation filter blocked the output: a refusal (recorded, kept as that refusal, never an answer).
-        pytest.param(["sensitive"], False, R.REFUSAL, "finish_reason=sensitive", 1, True, id="sensitive-refusal"),
+        pytest.param(["sensitive"], False, R.FailReason.REFUSAL, "finish_reason=sensitive", 1, True,
+                     id="sensitive-refusal"),
         # Half an answer, then blocked: still a refusal, the partial text is not an answer.
-        pytest.param(["sensitive:守夜人"], False, R.REFUSAL, "finish_reason=sensitive", 1, True,
+        pytest.param(["sensitive:守夜人"], False, R.FailReason.REFUSAL, "finish_reason=sensitive", 1, True,
                      id="sensitive-partial"),
         # An inference fault, then a good answer: retried, the answer kept.
         pytest.param(["network_error", "stop:" + GOOD], True, None, None, 2, True, id="network-error-retried"),
         # Faults all the way: retries exhausted, nothing stored (a rerun asks again).
-        pytest.param(["network_error"], False, R.RETRIES_EXHAUSTED, "finish_reason=network_error", 3, False,
+        pytest.param(["network_error"], False, R.FailReason.RETRIES_EXHAUSTED, "finish_reason=network_error", 3, False,
                      id="network-error-exhausted"),
     ],
 )
@@ -256,9 +257,10 @@ def test_balance_errors_fail_fast_and_latch(provider, reply):
     with LoopbackServer(lambda call: reply) as server:
         (first, second), endpoint = run_calls(server, provider, calls=2, route="glm-5.2")
         sent = len(server.calls)
-    assert first.reason == R.QUOTA and first.attempts == 1, first
+    assert first.reason == R.FailReason.QUOTA_EXHAUSTED and first.attempts == 1, first
     assert sent == 1  # no retry of the first, and the second is never sent
-    assert second.reason == R.QUOTA and second.error.startswith("not sent: an earlier call was refused for quota")
+    assert second.reason == R.FailReason.QUOTA_EXHAUSTED
+    assert second.error.startswith("not sent: an earlier call was refused for quota")
     assert endpoint.retries == 0
 
 
@@ -326,7 +328,7 @@ def test_temperature_rule_learns_from_litellm_and_422(reply, dropped):
         assert len(bodies) == 2 and "temperature" not in bodies[1]
         assert {k: v for k, v in bodies[0].items() if k != "temperature"} == bodies[1]
     else:
-        assert not result.ok and result.reason == R.HTTP_ERROR and len(bodies) == 1
+        assert not result.ok and result.reason == R.FailReason.HTTP_ERROR and len(bodies) == 1
         assert not endpoint.temperature_dropped
 
 

@@ -64,7 +64,7 @@ def test_bare_nan_in_a_body_is_nulled_recorded_and_the_rerun_reads_it_from_the_c
         assert len(server.calls) == 3
     for result in (first, second):
         rows = json.loads((result.out_dir / "responses.json").read_text())  # strict JSON: no NaN in the file
-        assert [r["status"] for r in rows] == [R.ANSWERED] * 3
+        assert [r["status"] for r in rows] == [R.AnswerStatus.ANSWERED] * 3
         assert rows[0]["usage"]["prompt_tokens"] is None
         assert any("non-finite numbers replaced by null" in n for n in rows[0]["notes"])
         assert "NaN" not in (result.out_dir / "responses.json").read_text()
@@ -77,7 +77,8 @@ def test_a_body_past_max_response_mb_fails_with_its_own_reason_and_is_not_kept(t
         result = run(settings(tmp_path, overrides_for(server, release, "stage=answer", "max_response_mb=1",
                                                       "model.stream=false")))
     (row,) = json.loads((result.out_dir / "responses.json").read_text())
-    assert row["status"] == R.FAILED and row["reason"] == R.RESPONSE_TOO_LARGE and row["attempts"] == 1
+    assert row["status"] == R.AnswerStatus.FAILED and row["reason"] == R.FailReason.RESPONSE_TOO_LARGE
+    assert row["attempts"] == 1
     assert (result.out_dir / "responses.json").stat().st_size < 100_000
 
 
@@ -87,7 +88,7 @@ def test_a_streamed_body_past_the_bound_fails_too(tmp_path, test_key):
     with LoopbackServer(lambda call: Reply(200, chunks=[piece] * 40, content_type="text/event-stream")) as server:
         result = run(settings(tmp_path, overrides_for(server, release, "stage=answer", "max_response_mb=1")))
     (row,) = json.loads((result.out_dir / "responses.json").read_text())
-    assert row["reason"] == R.RESPONSE_TOO_LARGE
+    assert row["reason"] == R.FailReason.RESPONSE_TOO_LARGE
 
 
 def test_hostile_judge_replies_make_that_judge_unavailable_not_the_run_crash(tmp_path, test_key):
@@ -111,7 +112,7 @@ def test_hostile_judge_replies_make_that_judge_unavailable_not_the_run_crash(tmp
         result = run(cfg)
         elapsed = time.perf_counter() - started
     judged = json.loads((result.out_dir / "judgments.json").read_text())
-    assert [j["status"] for j in judged] == [R.UNAVAILABLE] * 4
+    assert [j["status"] for j in judged] == [R.JudgmentStatus.UNAVAILABLE] * 4
     assert all(j["reason"] for j in judged)
     assert result.summary["n_unscored"] == 1
     assert elapsed < 20
@@ -165,7 +166,7 @@ def test_a_disk_that_fills_up_stops_new_requests_names_the_path_and_keeps_what_w
     assert 1 <= len(stored) < sent + 1
     # Every answer received is in the run files (they live on another disk), marked partial.
     rows = json.loads((result.out_dir / "responses.json").read_text())
-    assert len(rows) == sent and all(r["status"] == R.ANSWERED for r in rows)
+    assert len(rows) == sent and all(r["status"] == R.AnswerStatus.ANSWERED for r in rows)
     assert json.loads((result.out_dir / "run_stats.json").read_text())["status"] == "partial"
 
 
@@ -204,7 +205,7 @@ def test_a_signal_stops_sending_keeps_every_outcome_marks_the_run_partial_and_th
         stats = json.loads((run_dir / "run_stats.json").read_text())
         assert stats["status"] == "partial" and stats["stopped"] == signal.Signals(signum).name
         rows = json.loads((run_dir / "responses.json").read_text())
-        assert len(rows) >= 4 and all(r["status"] == R.ANSWERED for r in rows)
+        assert len(rows) >= 4 and all(r["status"] == R.AnswerStatus.ANSWERED for r in rows)
         # The resume: the same command, nothing paid twice.
         again = _start_run(tmp_path, server, release, *extra)
         out2, err2 = again.communicate(timeout=120)

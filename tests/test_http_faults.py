@@ -177,7 +177,8 @@ def test_a_compressed_error_body_is_read_too():
                          .encode())
     with LoopbackServer(lambda c: Reply(404, body, headers={"content-encoding": "gzip"})) as server:
         result = call(server)
-    assert (result.reason, result.error, result.attempts) == (R.HTTP_ERROR, "HTTP 404: Invalid model name", 1)
+    assert (result.reason, result.error, result.attempts) == (R.FailReason.HTTP_ERROR, "HTTP 404: Invalid model name",
+                                                              1)
 
 
 BOMB_MB = 256
@@ -210,7 +211,7 @@ def test_a_gzip_bomb_stops_at_max_response_mb_without_inflating_it(stream):
             _, peak = tracemalloc.get_traced_memory()
         finally:
             tracemalloc.stop()
-    assert (result.ok, result.reason, result.attempts) == (False, R.RESPONSE_TOO_LARGE, 1)
+    assert (result.ok, result.reason, result.attempts) == (False, R.FailReason.RESPONSE_TOO_LARGE, 1)
     assert "1048576 bytes" in result.error and "after decoding" in result.error
     assert peak < 24 << 20, f"peak {peak} bytes: the bomb was inflated past the bound"
 
@@ -222,7 +223,7 @@ def test_an_encoding_that_cannot_be_decoded_is_named_not_parsed(encoding, stream
                   else "application/json", headers={"content-encoding": encoding})
     with LoopbackServer(lambda c: reply) as server:
         result = call(server, stream=stream)
-    assert (result.ok, result.reason) == (False, R.BAD_RESPONSE)
+    assert (result.ok, result.reason) == (False, R.FailReason.BAD_RESPONSE)
     assert f"Content-Encoding {encoding.split(', ')[-1]}" in result.error, result.error
     assert "choices" not in result.error
     assert result.attempts == len(server.calls) == FAST_RETRIES + 1  # a bad response: transient, retried
@@ -281,7 +282,7 @@ def test_a_200_without_an_answer_is_a_transient_bad_response_never_cached(tmp_pa
     arrived = f"HTTP 200 {content_type}, {len(body)} bytes" + (f": {preview}" if preview else " (")
     with LoopbackServer(lambda c: Reply(200, body, content_type=content_type)) as server:
         result = call(server, provider=provider, stream=stream, cache=cache)
-        assert (result.ok, result.reason) == (False, R.BAD_RESPONSE)
+        assert (result.ok, result.reason) == (False, R.FailReason.BAD_RESPONSE)
         assert result.attempts == len(server.calls) == FAST_RETRIES + 1
         assert result.error.startswith(arrived), result.error
         assert len(result.error) < 600
@@ -296,7 +297,7 @@ def test_a_200_without_an_answer_is_a_transient_bad_response_never_cached(tmp_pa
 def test_a_stream_without_a_choice_is_a_bad_response_not_an_empty_answer(tmp_path, events):
     with LoopbackServer(lambda c: Reply(200, chunks=[events], content_type="text/event-stream")) as server:
         result = call(server, stream=True, cache=Cache(tmp_path / "cache"))
-    assert (result.reason, result.attempts) == (R.BAD_RESPONSE, FAST_RETRIES + 1)
+    assert (result.reason, result.attempts) == (R.FailReason.BAD_RESPONSE, FAST_RETRIES + 1)
     assert result.error.startswith(f"HTTP 200 text/event-stream, {len(events)} bytes: data: ")
     assert "empty 'choices' list" in result.error
 
@@ -322,7 +323,8 @@ def test_a_gemini_prompt_block_without_candidates_stays_a_refusal(tmp_path):
     blocked = {"promptFeedback": {"blockReason": "PROHIBITED_CONTENT"}, "modelVersion": "gemini-x"}
     with LoopbackServer(lambda c: Reply(200, blocked)) as server:
         result = call(server, provider="gemini", cache=Cache(tmp_path / "cache"))
-        assert (result.reason, result.error, result.attempts) == (R.REFUSAL, "blockReason=PROHIBITED_CONTENT", 1)
+        assert (result.reason, result.error, result.attempts) == (R.FailReason.REFUSAL,
+                                                                  "blockReason=PROHIBITED_CONTENT", 1)
         again = call(server, provider="gemini", cache=Cache(tmp_path / "cache"))
         assert again.cached and len(server.calls) == 1  # a refusal is a real outcome: cached
 
@@ -352,7 +354,7 @@ def test_a_redirect_says_so_and_where_to(status, location, expected):
     with LoopbackServer(lambda c: Reply(status, b"<html>Moved</html>", headers=headers,
                                         content_type="text/html")) as server:
         result = call(server)
-    assert (result.reason, result.attempts, len(server.calls)) == (R.HTTP_ERROR, 1, 1)
+    assert (result.reason, result.attempts, len(server.calls)) == (R.FailReason.HTTP_ERROR, 1, 1)
     assert result.error.startswith(expected), result.error
     assert len(result.error) < 700
 
@@ -451,7 +453,7 @@ def test_a_key_echoed_in_a_200_is_written_nowhere_and_never_forwarded(tmp_path, 
     assert all("redacted an echoed credential" in r["notes"] for r in rows)
     assert rows[0]["raw"]["system_fingerprint"] == "fp_[REDACTED]"
     judged = json.loads((result.out_dir / "judgments.json").read_text())
-    assert [j["status"] for j in judged] == [R.JUDGED] * 2
+    assert [j["status"] for j in judged] == [R.JudgmentStatus.SCORED] * 2
     assert all("redacted an echoed credential" in j["notes"] for j in judged)
     stored = [p for root in (tmp_path / "outputs", result.out_dir, rerun.out_dir) for p in root.rglob("*")
               if p.is_file()]
@@ -593,7 +595,7 @@ def test_a_request_prepared_before_the_temperature_rule_is_rebuilt_before_it_is_
     late = [i for i, b in enumerate(bodies) if i > first_resend and "temperature" in b]
     assert late == [], f"requests {late} carried temperature after the first resend {first_resend}"
     rows = json.loads((result.out_dir / "responses.json").read_text())
-    assert [r["status"] for r in rows] == [R.ANSWERED] * 6
+    assert [r["status"] for r in rows] == [R.AnswerStatus.ANSWERED] * 6
     assert all(r["temperature_sent"] is False for r in rows)
     assert sum("[q1]" in json.dumps(b, ensure_ascii=False) for b in bodies) == 2  # the held one, then its rebuild
 
@@ -604,7 +606,7 @@ def test_a_deeply_nested_error_body_is_recorded_not_raised():
     nested = b"[" * 900 + b"]" * 900
     with LoopbackServer(lambda c: Reply(400, nested)) as server:
         result = call(server)
-    assert (result.reason, result.attempts) == (R.HTTP_ERROR, 1)
+    assert (result.reason, result.attempts) == (R.FailReason.HTTP_ERROR, 1)
     assert result.raw is not None
 
 

@@ -211,7 +211,7 @@ def test_503_forever_exhausts_after_six_attempts():
     result, endpoint = call(script)
     assert not result.ok
     assert result.attempts == 6 and script.count == 6
-    assert result.reason == R.RETRIES_EXHAUSTED
+    assert result.reason == R.FailReason.RETRIES_EXHAUSTED
     assert "503" in result.error and "The server is overloaded" in result.error
     assert result.http_status == 503
     assert result.text is None
@@ -225,7 +225,7 @@ def test_max_retries_bounds_attempts(max_retries, attempts):
     script = Script(resp(503, error_body("busy")))
     result, _ = call(script, policy=policy)
     assert result.attempts == attempts and script.count == attempts
-    assert result.reason == R.RETRIES_EXHAUSTED
+    assert result.reason == R.FailReason.RETRIES_EXHAUSTED
 
 
 def test_400_fails_at_once_with_the_providers_message():
@@ -234,7 +234,7 @@ def test_400_fails_at_once_with_the_providers_message():
     result, endpoint = call(script)
     assert not result.ok
     assert result.attempts == 1 and script.count == 1
-    assert result.reason == R.HTTP_ERROR
+    assert result.reason == R.FailReason.HTTP_ERROR
     assert msg in result.error and "400" in result.error
     assert result.http_status == 400
     assert endpoint.retries == 0
@@ -245,7 +245,7 @@ def test_non_transient_statuses_are_not_retried(status):
     script = Script(resp(status, error_body(f"nope {status}")), resp(200))
     result, _ = call(script)
     assert result.attempts == 1 and script.count == 1
-    assert not result.ok and result.reason == R.HTTP_ERROR
+    assert not result.ok and result.reason == R.FailReason.HTTP_ERROR
     assert f"nope {status}" in result.error
     assert result.http_status == status
 
@@ -253,7 +253,7 @@ def test_non_transient_statuses_are_not_retried(status):
 def test_non_json_error_body_is_kept_as_text():
     script = Script(resp(404, text="<html>Not Found</html>"))
     result, _ = call(script)
-    assert result.attempts == 1 and result.reason == R.HTTP_ERROR
+    assert result.attempts == 1 and result.reason == R.FailReason.HTTP_ERROR
     assert "Not Found" in result.error
     assert result.raw == {"non_json_body": "<html>Not Found</html>"}
 
@@ -264,7 +264,7 @@ def test_400_context_length_has_its_own_reason():
     script = Script(resp(400, body))
     result, _ = call(script)
     assert result.attempts == 1
-    assert result.reason == R.CONTEXT_LENGTH
+    assert result.reason == R.FailReason.CONTEXT_LENGTH
     assert "maximum context length is 128000 tokens" in result.error
 
 
@@ -282,12 +282,12 @@ def test_400_context_length_has_its_own_reason():
 )
 def test_context_length_other_providers(provider, status, body):
     result, _ = call(Script(resp(status, body)), provider=provider)
-    assert result.attempts == 1 and result.reason == R.CONTEXT_LENGTH
+    assert result.attempts == 1 and result.reason == R.FailReason.CONTEXT_LENGTH
 
 
 def test_plain_400_is_not_context_length():
     result, _ = call(Script(resp(400, error_body("Unrecognized request argument supplied: foo"))))
-    assert result.reason == R.HTTP_ERROR
+    assert result.reason == R.FailReason.HTTP_ERROR
 
 
 @pytest.mark.parametrize("status", [408, 409, 425, 429, 500, 502, 503, 504, 529])
@@ -314,7 +314,7 @@ def test_transport_error_forever_exhausts():
     script = Script(httpx.RemoteProtocolError("server disconnected"))
     result, _ = call(script)
     assert result.attempts == 6
-    assert result.reason == R.RETRIES_EXHAUSTED
+    assert result.reason == R.FailReason.RETRIES_EXHAUSTED
     assert "transport_error" in result.error and "RemoteProtocolError" in result.error
     assert result.http_status is None and result.raw is None
 
@@ -324,7 +324,7 @@ def test_read_timeout_forever_exhausts():
     result, _ = call(script)
     assert not result.ok
     assert result.attempts == 6 and script.count == 6
-    assert result.reason == R.RETRIES_EXHAUSTED
+    assert result.reason == R.FailReason.RETRIES_EXHAUSTED
     assert "timeout" in result.error.lower() and "ReadTimeout" in result.error
     assert result.http_status is None
 
@@ -339,7 +339,7 @@ def test_200_refusal_is_never_retried():
     script = Script(resp(200, refusal_body()), resp(200))
     result, endpoint = call(script)
     assert result.attempts == 1 and script.count == 1
-    assert not result.ok and result.reason == R.REFUSAL
+    assert not result.ok and result.reason == R.FailReason.REFUSAL
     assert result.error == "I can't help with that."
     assert endpoint.retries == 0
 
@@ -349,7 +349,7 @@ def test_200_empty_output_is_never_retried(content):
     script = Script(resp(200, ok_body(content)), resp(200))
     result, _ = call(script)
     assert result.attempts == 1 and script.count == 1
-    assert not result.ok and result.reason == R.EMPTY_OUTPUT
+    assert not result.ok and result.reason == R.FailReason.EMPTY_OUTPUT
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["streamed", "plain"])
@@ -360,7 +360,7 @@ def test_200_unreadable_body_is_a_transient_bad_response(stream):
     assert result.ok and result.attempts == 2 and script.count == 2
     script = Script(resp(200, text="not json at all"))
     result, _ = call(script, stream=stream)
-    assert result.reason == R.BAD_RESPONSE and result.attempts == script.count == FAST.max_retries + 1
+    assert result.reason == R.FailReason.BAD_RESPONSE and result.attempts == script.count == FAST.max_retries + 1
     assert result.error.startswith("HTTP 200 text/plain; charset=utf-8, 15 bytes: not json at all (")
 
 
@@ -368,7 +368,7 @@ def test_transient_then_refusal_counts_both_attempts():
     script = Script(resp(529, {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
                     resp(200, {"content": [], "stop_reason": "refusal"}))
     result, _ = call(script, provider="anthropic", base_url="https://api.anthropic.test")
-    assert result.attempts == 2 and result.reason == R.REFUSAL
+    assert result.attempts == 2 and result.reason == R.FailReason.REFUSAL
 
 
 # --------------------------------------------------------------------------------------
@@ -688,7 +688,7 @@ def test_retries_exhausted_is_not_stored(tmp_path):
     cache = Cache(tmp_path / "cache")
     script = Script(resp(503, error_body("busy")))
     (first, second), cached = cached_calls(script, cache, [(PROMPT, 0), (PROMPT, 0)])
-    assert first.reason == second.reason == R.RETRIES_EXHAUSTED
+    assert first.reason == second.reason == R.FailReason.RETRIES_EXHAUSTED
     assert script.count == 12  # 6 attempts, twice: nothing was served from the cache
     assert cached.hits == 0 and cache.stores == 0
     assert cache_text(tmp_path / "cache") == ""
@@ -698,7 +698,7 @@ def test_exhausted_then_success_is_stored_on_the_rerun(tmp_path):
     cache = Cache(tmp_path / "cache")
     script = Script(*([resp(503, error_body("busy"))] * 6), resp(200))
     results, _ = cached_calls(script, cache, [(PROMPT, 0), (PROMPT, 0), (PROMPT, 0)])
-    assert [r.reason for r in results] == [R.RETRIES_EXHAUSTED, None, None]
+    assert [r.reason for r in results] == [R.FailReason.RETRIES_EXHAUSTED, None, None]
     assert script.count == 7
 
 
@@ -726,7 +726,7 @@ def test_refusal_is_stored(tmp_path):
     script = Script(resp(200, refusal_body()), resp(200))
     (first, second), cached = cached_calls(script, cache, [(PROMPT, 0), (PROMPT, 0)])
     assert script.count == 1
-    assert first.reason == second.reason == R.REFUSAL
+    assert first.reason == second.reason == R.FailReason.REFUSAL
     assert second.error == "I can't help with that."
     assert cached.hits == 1 and cache.stores == 1
 
@@ -736,7 +736,7 @@ def test_empty_output_is_stored(tmp_path):
     script = Script(resp(200, ok_body("  ")), resp(200))
     (first, second), _ = cached_calls(script, cache, [(PROMPT, 0), (PROMPT, 0)])
     assert script.count == 1
-    assert first.reason == second.reason == R.EMPTY_OUTPUT
+    assert first.reason == second.reason == R.FailReason.EMPTY_OUTPUT
 
 
 def test_disabled_cache_always_calls(tmp_path):
@@ -833,13 +833,13 @@ def test_cache_non_object_entry_is_a_miss(tmp_path, content):
     ("reason", "ok", "storable"),
     [
         (None, True, True),
-        (R.REFUSAL, False, True),
-        (R.EMPTY_OUTPUT, False, True),
-        (R.RETRIES_EXHAUSTED, False, False),
-        (R.HTTP_ERROR, False, False),
-        (R.CONTEXT_LENGTH, False, False),
-        (R.BAD_RESPONSE, False, False),
-        (R.TRANSPORT_ERROR, False, False),
+        (R.FailReason.REFUSAL, False, True),
+        (R.FailReason.EMPTY_OUTPUT, False, True),
+        (R.FailReason.RETRIES_EXHAUSTED, False, False),
+        (R.FailReason.HTTP_ERROR, False, False),
+        (R.FailReason.CONTEXT_LENGTH, False, False),
+        (R.FailReason.BAD_RESPONSE, False, False),
+        (R.FailReason.TRANSPORT_ERROR, False, False),
     ],
 )
 def test_is_storable_table(reason, ok, storable):

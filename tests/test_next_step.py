@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from wildtrace.core import records as R
+from wildtrace.core.records import FailReason as FR
 from wildtrace.runtime.retry import (Fail, Quota, Resend, Retry, RetryPolicy, Seen, budget_rejected, failure_reason,
                                      next_step)
 
@@ -38,32 +38,32 @@ def seen(attempt_no: int = 1, status: int | None = 500, payload=None, **kw) -> S
     # transient statuses and transport failures retry while retries are left, with the server's wait
     pytest.param(seen(1, 500), Retry(None), id="500-first"),
     pytest.param(seen(5, 503, retry_after=2.0), Retry(2.0), id="503-last-retry-with-hint"),
-    pytest.param(seen(6, 503), Fail(R.RETRIES_EXHAUSTED, "the error"), id="503-out-of-retries"),
+    pytest.param(seen(6, 503), Fail(FR.RETRIES_EXHAUSTED, "the error"), id="503-out-of-retries"),
     pytest.param(seen(1, None, retry_after=9.0), Retry(None), id="transport-ignores-a-hint"),
-    pytest.param(seen(6, None), Fail(R.RETRIES_EXHAUSTED, "the error"), id="transport-out-of-retries"),
+    pytest.param(seen(6, None), Fail(FR.RETRIES_EXHAUSTED, "the error"), id="transport-out-of-retries"),
     *(pytest.param(seen(1, s), Retry(None), id=f"transient-{s}") for s in (408, 409, 425, 429, 500, 502, 503, 504,
                                                                           520, 529, 599)),
-    *(pytest.param(seen(1, s), Fail(R.HTTP_ERROR, "the error"), id=f"final-{s}") for s in (400, 401, 403, 404, 413,
+    *(pytest.param(seen(1, s), Fail(FR.HTTP_ERROR, "the error"), id=f"final-{s}") for s in (400, 401, 403, 404, 413,
                                                                                            422, 499)),
     # what the server says decides over the status
-    pytest.param(seen(1, 500, headers={"x-should-retry": "false"}), Fail(R.HTTP_ERROR, "the error"), id="told-no"),
+    pytest.param(seen(1, 500, headers={"x-should-retry": "false"}), Fail(FR.HTTP_ERROR, "the error"), id="told-no"),
     pytest.param(seen(1, 400, headers={"x-should-retry": "true"}), Retry(None), id="told-yes"),
-    pytest.param(seen(6, 400, headers={"x-should-retry": "true"}), Fail(R.RETRIES_EXHAUSTED, "the error"),
+    pytest.param(seen(6, 400, headers={"x-should-retry": "true"}), Fail(FR.RETRIES_EXHAUSTED, "the error"),
                  id="told-yes-out-of-retries"),
     # quota: whatever the headers say, at once
     pytest.param(seen(1, 429, QUOTA_BODY, headers={"x-should-retry": "true"}), Quota("the error"), id="quota-429"),
     pytest.param(seen(1, 402), Quota("the error"), id="quota-402"),
     # the prompt does not fit: its own reason, at 400/413/422 only
-    pytest.param(seen(1, 400, CONTEXT), Fail(R.CONTEXT_LENGTH, "the error"), id="context-400"),
-    pytest.param(seen(1, 413, err("prompt is too long")), Fail(R.CONTEXT_LENGTH, "the error"), id="context-413"),
-    pytest.param(seen(1, 404, CONTEXT), Fail(R.HTTP_ERROR, "the error"), id="context-words-on-404"),
+    pytest.param(seen(1, 400, CONTEXT), Fail(FR.CONTEXT_LENGTH, "the error"), id="context-400"),
+    pytest.param(seen(1, 413, err("prompt is too long")), Fail(FR.CONTEXT_LENGTH, "the error"), id="context-413"),
+    pytest.param(seen(1, 404, CONTEXT), Fail(FR.HTTP_ERROR, "the error"), id="context-words-on-404"),
     # a 2xx that is not an answer: retried, and out of retries it keeps its own reason
     pytest.param(seen(1, 200, bad=True), Retry(None), id="bad-2xx"),
     pytest.param(seen(5, 200, bad=True, retry_after=1.0), Retry(1.0), id="bad-2xx-last-retry"),
-    pytest.param(seen(6, 200, bad=True), Fail(R.BAD_RESPONSE, "the error"), id="bad-2xx-out-of-retries"),
+    pytest.param(seen(6, 200, bad=True), Fail(FR.BAD_RESPONSE, "the error"), id="bad-2xx-out-of-retries"),
     pytest.param(seen(1, 200, bad=True, too_large=True), Retry(None), id="bad-wins-over-size"),
     # the size bound: final at once, never retried
-    pytest.param(seen(1, 200, too_large=True), Fail(R.RESPONSE_TOO_LARGE, "the error"), id="too-large"),
+    pytest.param(seen(1, 200, too_large=True), Fail(FR.RESPONSE_TOO_LARGE, "the error"), id="too-large"),
     # a request prepared before a rule was learned: rebuilt, whatever else
     pytest.param(seen(1, None, stale=True), Resend(), id="stale"),
     pytest.param(seen(6, None, stale=True), Resend(), id="stale-on-the-last-attempt"),
@@ -71,7 +71,7 @@ def seen(attempt_no: int = 1, status: int | None = 500, payload=None, **kw) -> S
     pytest.param(seen(1, 400, OPENAI_TEMPERATURE, temperature=True), Resend(drop_temperature=True), id="temp-400"),
     pytest.param(seen(6, 422, OPENAI_TEMPERATURE, temperature=True), Resend(drop_temperature=True),
                  id="temp-422-last-attempt"),
-    pytest.param(seen(1, 400, OPENAI_TEMPERATURE), Fail(R.HTTP_ERROR, "the error"), id="temp-words-none-sent"),
+    pytest.param(seen(1, 400, OPENAI_TEMPERATURE), Fail(FR.HTTP_ERROR, "the error"), id="temp-words-none-sent"),
     pytest.param(seen(1, 500, OPENAI_TEMPERATURE, temperature=True), Retry(None), id="temp-words-on-500"),
     # the output budget: resent with the documented limit only when the budget sent is above it
     pytest.param(seen(1, 400, OPENAI_BUDGET, budget=32768, output_limit=2048), Resend(lower_budget_to=2048),
@@ -80,14 +80,14 @@ def seen(attempt_no: int = 1, status: int | None = 500, payload=None, **kw) -> S
                  id="budget-anthropic"),
     pytest.param(seen(1, 422, OPENAI_BUDGET, budget=2049, output_limit=2048), Resend(lower_budget_to=2048),
                  id="budget-one-above"),
-    pytest.param(seen(1, 400, OPENAI_BUDGET, budget=2048, output_limit=2048), Fail(R.HTTP_ERROR, "the error"),
+    pytest.param(seen(1, 400, OPENAI_BUDGET, budget=2048, output_limit=2048), Fail(FR.HTTP_ERROR, "the error"),
                  id="budget-at-the-limit-already"),
-    pytest.param(seen(1, 400, OPENAI_BUDGET, budget=32768), Fail(R.HTTP_ERROR, "the error"), id="budget-no-limit"),
-    pytest.param(seen(1, 400, OPENAI_BUDGET, output_limit=2048), Fail(R.HTTP_ERROR, "the error"),
+    pytest.param(seen(1, 400, OPENAI_BUDGET, budget=32768), Fail(FR.HTTP_ERROR, "the error"), id="budget-no-limit"),
+    pytest.param(seen(1, 400, OPENAI_BUDGET, output_limit=2048), Fail(FR.HTTP_ERROR, "the error"),
                  id="budget-none-sent"),
     pytest.param(seen(1, 500, OPENAI_BUDGET, budget=32768, output_limit=2048), Retry(None), id="budget-words-on-500"),
     pytest.param(seen(1, 400, err("Invalid 'max_tokens'"), budget=32768, output_limit=2048),
-                 Fail(R.HTTP_ERROR, "the error"), id="budget-other-400"),
+                 Fail(FR.HTTP_ERROR, "the error"), id="budget-other-400"),
 ])
 def test_next_step(facts, step):
     assert next_step(facts, POLICY) == step
@@ -97,7 +97,7 @@ def test_next_step(facts, step):
                                                                     (100, 100, True), (100, 101, False)])
 def test_the_last_attempt_is_max_retries_plus_one(max_retries, attempt_no, retries):
     step = next_step(seen(attempt_no, 503), RetryPolicy(max_retries=max_retries))
-    assert isinstance(step, Retry) is retries and (retries or step == Fail(R.RETRIES_EXHAUSTED, "the error"))
+    assert isinstance(step, Retry) is retries and (retries or step == Fail(FR.RETRIES_EXHAUSTED, "the error"))
 
 
 def test_next_step_is_pure():
@@ -147,9 +147,9 @@ def test_budget_rejected_reads_hostile_bodies_without_raising():
 
 
 @pytest.mark.parametrize(("status", "payload", "reason"), [
-    (400, CONTEXT, R.CONTEXT_LENGTH), (413, CONTEXT, R.CONTEXT_LENGTH), (422, CONTEXT, R.CONTEXT_LENGTH),
-    (401, CONTEXT, R.HTTP_ERROR), (None, CONTEXT, R.HTTP_ERROR), (400, None, R.HTTP_ERROR),
-    (400, err("plain"), R.HTTP_ERROR),
+    (400, CONTEXT, FR.CONTEXT_LENGTH), (413, CONTEXT, FR.CONTEXT_LENGTH), (422, CONTEXT, FR.CONTEXT_LENGTH),
+    (401, CONTEXT, FR.HTTP_ERROR), (None, CONTEXT, FR.HTTP_ERROR), (400, None, FR.HTTP_ERROR),
+    (400, err("plain"), FR.HTTP_ERROR),
 ])
 def test_failure_reason(status, payload, reason):
     assert failure_reason(status, payload) == reason

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import TEST_KEY_ENV, endpoint_spec, make_task, settings, write_release
 from loopback import Call, LoopbackServer, Reply, chat_stream, sse
-from wildtrace.core import records as R
+from wildtrace.core.records import AnswerStatus, FailReason
 from wildtrace.providers.base import Sampling
 from wildtrace.providers.registry import make_provider
 from wildtrace.runtime.run import run
@@ -119,7 +119,7 @@ def test_a_rejected_budget_is_sent_again_with_the_documented_limit(tmp_path, rel
     assert budgets.count(limit) == 3 and set(budgets) == {SPEC, limit}  # the spec's budget went first
     rows = rows_of(result)
     note = f"{name} lowered to {limit} (documented limit, {SOURCE}): provider rejected {SPEC}"
-    assert [(r["status"], r["attempts"], r["response"]) for r in rows] == [(R.ANSWERED, 1, "Worn seal.")] * 3
+    assert [(r["status"], r["attempts"], r["response"]) for r in rows] == [(AnswerStatus.ANSWERED, 1, "Worn seal.")] * 3
     assert all(note in r["notes"] for r in rows)
     assert result.stats["retries"] == 0  # the rejection is not an attempt of the task
     assert result.stats["budget_lowered"] == {"model": limit}  # run_stats.json says what was sent instead
@@ -143,7 +143,7 @@ def test_without_a_documented_limit_the_rejection_is_a_failed_outcome(tmp_path, 
     assert result.stats["budget_lowered"] == {}
     rows = rows_of(result)
     assert [(r["status"], r["reason"], r["attempts"], r["http_status"]) for r in rows] == \
-        [(R.FAILED, R.HTTP_ERROR, 1, 400)] * 3
+        [(AnswerStatus.FAILED, FailReason.HTTP_ERROR, 1, 400)] * 3
     assert all(f"{SPEC}" in r["error"] and "2048" in r["error"] for r in rows)  # the provider's own words
 
 
@@ -154,7 +154,8 @@ def test_a_limit_the_provider_also_rejects_fails_with_its_reason(tmp_path, relea
                                                   "model.max_concurrency=1")))
     assert [c.body["max_tokens"] for c in server.calls] == [SPEC, 2048, 2048, 2048]
     rows = rows_of(result)
-    assert [(r["status"], r["reason"], r["attempts"]) for r in rows] == [(R.FAILED, R.HTTP_ERROR, 1)] * 3
+    assert [(r["status"], r["reason"], r["attempts"]) for r in rows] == \
+        [(AnswerStatus.FAILED, FailReason.HTTP_ERROR, 1)] * 3
     assert all("max_tokens is too large: 2048" in r["error"] for r in rows)
 
 

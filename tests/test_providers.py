@@ -450,7 +450,7 @@ def test_malformed_inner_shapes_raise_value_error(provider, payload):
 @pytest.mark.parametrize(("provider", "payload"), [(p.values[0], p.values[1]) for p in MALFORMED_INNER])
 def test_malformed_inner_shapes_still_become_bad_response(provider, payload):
     result = interpret(make_provider(spec(provider)), payload, 200, 1, 0.0)
-    assert (result.ok, result.reason) == (False, R.BAD_RESPONSE)
+    assert (result.ok, result.reason) == (False, R.FailReason.BAD_RESPONSE)
 
 
 def test_error_message_extraction():
@@ -479,22 +479,22 @@ def openai_reply(content, refusal=None, finish="stop"):
     ("provider", "payload", "ok", "reason", "text"),
     [
         ("openai", openai_reply("A real answer."), True, None, "A real answer."),
-        ("openai", openai_reply(None, refusal="I can't."), False, R.REFUSAL, None),
-        ("openai", openai_reply("", finish="content_filter"), False, R.REFUSAL, ""),
-        ("openai", openai_reply(""), False, R.EMPTY_OUTPUT, ""),
-        ("openai", openai_reply("   \n"), False, R.EMPTY_OUTPUT, "   \n"),
-        ("openai", openai_reply("\t\u3000\n"), False, R.EMPTY_OUTPUT, "\t\u3000\n"),
-        ("openai", openai_reply(None), False, R.EMPTY_OUTPUT, None),
-        ("openai", {"oops": 1}, False, R.BAD_RESPONSE, None),
+        ("openai", openai_reply(None, refusal="I can't."), False, R.FailReason.REFUSAL, None),
+        ("openai", openai_reply("", finish="content_filter"), False, R.FailReason.REFUSAL, ""),
+        ("openai", openai_reply(""), False, R.FailReason.EMPTY_OUTPUT, ""),
+        ("openai", openai_reply("   \n"), False, R.FailReason.EMPTY_OUTPUT, "   \n"),
+        ("openai", openai_reply("\t\u3000\n"), False, R.FailReason.EMPTY_OUTPUT, "\t\u3000\n"),
+        ("openai", openai_reply(None), False, R.FailReason.EMPTY_OUTPUT, None),
+        ("openai", {"oops": 1}, False, R.FailReason.BAD_RESPONSE, None),
         ("anthropic", {"content": [{"type": "text", "text": "Hi"}], "stop_reason": "end_turn"}, True, None, "Hi"),
-        ("anthropic", {"content": [], "stop_reason": "refusal"}, False, R.REFUSAL, ""),
+        ("anthropic", {"content": [], "stop_reason": "refusal"}, False, R.FailReason.REFUSAL, ""),
         ("anthropic", {"content": [{"type": "thinking", "thinking": "hm"}], "stop_reason": "end_turn"},
-         False, R.EMPTY_OUTPUT, ""),
+         False, R.FailReason.EMPTY_OUTPUT, ""),
         ("gemini", {"candidates": [{"content": {"parts": [{"text": "Yes"}]}, "finishReason": "STOP"}]},
          True, None, "Yes"),
-        ("gemini", {"promptFeedback": {"blockReason": "SAFETY"}}, False, R.REFUSAL, None),
+        ("gemini", {"promptFeedback": {"blockReason": "SAFETY"}}, False, R.FailReason.REFUSAL, None),
         ("gemini", {"candidates": [{"content": {"parts": [{"text": "only thought", "thought": True}]},
-                                    "finishReason": "STOP"}]}, False, R.EMPTY_OUTPUT, ""),
+                                    "finishReason": "STOP"}]}, False, R.FailReason.EMPTY_OUTPUT, ""),
     ],
 )
 def test_interpret_outcomes(provider, payload, ok, reason, text):

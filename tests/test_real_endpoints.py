@@ -63,7 +63,7 @@ def test_an_answer_that_trickles_for_3s_with_timeout_1s_is_answered_at_the_first
                        judges=judges(server))
         result = run(cfg)
     (row,) = json.loads((result.out_dir / "responses.json").read_text())
-    assert row["status"] == R.ANSWERED and row["attempts"] == 1
+    assert row["status"] == R.AnswerStatus.ANSWERED and row["attempts"] == 1
     assert row["response"] == "The seal was worn and it failed at 03:14."
     assert row["latency_s"] > 2.5  # it really trickled past the 1 s timeout
     assert row["usage"]["prompt_tokens"] == 11
@@ -79,7 +79,8 @@ def test_a_plain_call_with_the_same_trickle_times_out_and_is_retried(tmp_path, r
                                                  "dataset.limit=1", "retry.max_retries=1", "stage=answer"))
         result = run(cfg)
     (row,) = json.loads((result.out_dir / "responses.json").read_text())
-    assert row["status"] == R.FAILED and row["reason"] == R.RETRIES_EXHAUSTED and row["attempts"] == 2
+    assert row["status"] == R.AnswerStatus.FAILED and row["reason"] == R.FailReason.RETRIES_EXHAUSTED
+    assert row["attempts"] == 2
     assert "timeout" in row["error"]
 
 
@@ -93,7 +94,7 @@ def test_a_stream_cut_short_is_retried_never_recorded_as_a_truncated_answer(tmp_
         cfg = settings(tmp_path, model_overrides(server, release, "dataset.limit=1"), judges=judges(server))
         result = run(cfg)
     (row,) = json.loads((result.out_dir / "responses.json").read_text())
-    assert row["status"] == R.ANSWERED and row["response"] == "The whole answer." and row["attempts"] == 2
+    assert row["status"] == R.AnswerStatus.ANSWERED and row["response"] == "The whole answer." and row["attempts"] == 2
 
 
 def test_an_overloaded_error_event_mid_stream_counts_as_529_and_is_retried(tmp_path, release):
@@ -117,7 +118,7 @@ def test_an_overloaded_error_event_mid_stream_counts_as_529_and_is_retried(tmp_p
                                   f"dataset.corpus={corpus}", "dataset.limit=1", "stage=answer", *FAST])
         result = run(cfg)
     (row,) = json.loads((result.out_dir / "responses.json").read_text())
-    assert row["status"] == R.ANSWERED and row["response"] == "Worn seal." and row["attempts"] == 2
+    assert row["status"] == R.AnswerStatus.ANSWERED and row["response"] == "Worn seal." and row["attempts"] == 2
     assert row["served_model"] == "claude-opus-4-6"
     assert result.stats["retries"] == 1
 
@@ -159,7 +160,8 @@ def test_an_endpoint_that_rejects_temperature_gets_every_request_without_it(tmp_
     with_temperature = [c for c in model_calls if "temperature" in c.body]
     assert len(with_temperature) >= 1 and len(model_calls) - len(with_temperature) == 3
     rows = json.loads((result.out_dir / "responses.json").read_text())
-    assert [(r["status"], r["attempts"], r["temperature_sent"]) for r in rows] == [(R.ANSWERED, 1, False)] * 3
+    assert [(r["status"], r["attempts"], r["temperature_sent"]) for r in rows] == [(R.AnswerStatus.ANSWERED, 1,
+                                                                                  False)] * 3
     judged = json.loads((result.out_dir / "judgments.json").read_text())
     assert all(j["temperature_sent"] is True for j in judged)  # the judge accepted it
     assert result.stats["temperature_dropped"] == ["model"]
@@ -227,7 +229,7 @@ def test_a_401_that_echoes_the_key_leaves_no_trace_of_it(tmp_path, release, test
     for text in (run_files_text(tmp_path / "outputs"), run_files_text(result.out_dir), out, err):
         assert test_key not in text and test_key[:12] not in text
     rows = json.loads((result.out_dir / "responses.json").read_text())
-    assert all(r["reason"] == R.HTTP_ERROR and "[REDACTED]" in r["error"] for r in rows)
+    assert all(r["reason"] == R.FailReason.HTTP_ERROR and "[REDACTED]" in r["error"] for r in rows)
     # run() returns the headline redacted; the entry point prints it (tests/test_entry_points.py)
     assert "model: 3/3 calls failed (http_error 3): HTTP 401: Incorrect API key provided: [REDACTED]" in result.headline
 
@@ -246,7 +248,7 @@ def test_a_quota_429_is_one_request_then_every_call_fails_at_once(tmp_path, rele
         result = run(cfg)
     assert len(server.calls) == 1
     rows = json.loads((result.out_dir / "responses.json").read_text())
-    assert [r["reason"] for r in rows] == [R.QUOTA] * 3
+    assert [r["reason"] for r in rows] == [R.FailReason.QUOTA_EXHAUSTED] * 3
     assert [r["attempts"] for r in rows] == [1, 0, 0]
     assert result.exit_code == 1
     assert "model: 3/3 calls failed (quota_exhausted 3)" in result.headline
@@ -267,7 +269,8 @@ def test_after_a_quota_top_up_the_rerun_sends_only_what_is_missing(tmp_path, rel
         state["quota"] = False
         before = len(server.calls)
         second = run(settings(tmp_path, overrides))
-    assert [r["status"] for r in first.outcome.answers] == [R.ANSWERED, R.FAILED, R.FAILED]
+    assert [r["status"] for r in first.outcome.answers] == [R.AnswerStatus.ANSWERED, R.AnswerStatus.FAILED,
+                                                            R.AnswerStatus.FAILED]
     assert len(server.calls) - before == 2  # q1 and q2; q0 came from the cache
     assert second.exit_code == 0
 
@@ -403,7 +406,7 @@ def test_max_call_s_bounds_an_attempt_that_keeps_trickling(tmp_path, release):
         result = run(settings(tmp_path, model_overrides(server, release, "stage=answer", "dataset.limit=1",
                                                         "model.timeout_s=1", "model.max_call_s=1.5")))
     (row,) = json.loads((result.out_dir / "responses.json").read_text())
-    assert row["status"] == R.ANSWERED and row["response"] == "Worn seal." and row["attempts"] == 2
+    assert row["status"] == R.AnswerStatus.ANSWERED and row["response"] == "Worn seal." and row["attempts"] == 2
 
 
 @pytest.mark.slow

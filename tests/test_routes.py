@@ -251,7 +251,7 @@ def test_a_judge_answered_by_another_model_is_unavailable_with_its_reason(tmp_pa
     for outcome in (result, again):
         rows = json.loads((outcome.out_dir / "judgments.json").read_text())
         assert [(r["status"], r["reason"], r["total"], r["served_model"]) for r in rows] == \
-            [(R.UNAVAILABLE, f"served_model_mismatch: {served}", None, served)] * 2
+            [(R.JudgmentStatus.UNAVAILABLE, f"served_model_mismatch: {served}", None, served)] * 2
         assert all(r["reply"] == JUDGE_OK for r in rows)  # the paid reply is kept, as evidence
         assert outcome.stats["served_models"]["judge_a"] == [served]
         assert outcome.stats["served_model_rules"]["judge_a"]["on_mismatch"] == "fail"
@@ -269,7 +269,7 @@ def test_a_judge_set_to_warn_is_judged_and_warned_from_the_same_cache(tmp_path, 
         assert len(server.calls) == 2  # the same cached replies, read under the other rule
     assert failed.summary["n_scored"] == 0
     rows = json.loads((warned.out_dir / "judgments.json").read_text())
-    assert [(r["status"], r["total"]) for r in rows] == [(R.JUDGED, 100)] * 2
+    assert [(r["status"], r["total"]) for r in rows] == [(R.JudgmentStatus.SCORED, 100)] * 2
     assert all(any(n.startswith("served_model_mismatch (warned)") for n in r["notes"]) for r in rows)
     assert [w["code"] for w in warned.stats["warnings"]] == ["served_model"]
     assert "warning: judge_a: asked for route 'gemini-2.5-flash', the responses name 'gemini-3.5-flash-lite'" \
@@ -299,9 +299,9 @@ def test_the_model_warns_by_default_and_fails_when_set_so(tmp_path, test_key):
         failed = run(settings(tmp_path / "b", [*base, f"model.base_url={server.url}/v1",
                                                "model.served_model.on_mismatch=fail"]))
     (row,) = json.loads((warned.out_dir / "responses.json").read_text())
-    assert row["status"] == R.ANSWERED and any("served_model_mismatch (warned)" in n for n in row["notes"])
+    assert row["status"] == R.AnswerStatus.ANSWERED and any("served_model_mismatch (warned)" in n for n in row["notes"])
     (row,) = json.loads((failed.out_dir / "responses.json").read_text())
-    assert (row["status"], row["reason"]) == (R.FAILED, "served_model_mismatch: other-model")
+    assert (row["status"], row["reason"]) == (R.AnswerStatus.FAILED, "served_model_mismatch: other-model")
 
 
 @pytest.mark.parametrize(("override", "message"), [

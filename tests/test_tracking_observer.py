@@ -19,6 +19,7 @@ from mlflow.tracking import MlflowClient
 from conftest import make_task, settings, write_release
 from wildtrace import upload
 from wildtrace.core.events import RunEnd, RunStart, TaskDone
+from wildtrace.core.records import AnswerRecord, JudgmentRecord, TaskStatus
 from wildtrace.files import write_json
 from wildtrace.tracking import documents
 from wildtrace.tracking.mlflow_logger import read_marker
@@ -99,7 +100,8 @@ def scripted_run(tmp: Path, name: str = "run", n: int = 4, cached: frozenset = f
         judgments += js
         score_rows.append({"question_id": qid, "status": "scored", "score": js[0]["score"], "judges": {},
                            "paradigm": "causal", "context_tier": "T1"})
-        dones.append(TaskDone(qid, a, js, "scored", js[0]["score"], {"paradigm": "causal", "context_tier": "T1"}))
+        dones.append(TaskDone(qid, AnswerRecord.from_row(a), [JudgmentRecord.from_row(j) for j in js],
+                              TaskStatus.SCORED, js[0]["score"], {"paradigm": "causal", "context_tier": "T1"}))
     write_json(out_dir / "responses.json", answers)
     write_json(out_dir / "judgments.json", judgments)
     write_json(out_dir / "scores.json", {"overall": 61.5, "scored": 61.5, "n_total": n, "n_scored": n,
@@ -195,7 +197,7 @@ def test_cached_spans_are_marked_and_timed_as_this_run(logged):
     answer = next(s for s in traces["q1"].data.spans if s.name == "answer")
     assert answer.attributes["wildtrace.cached"] is True
     assert answer.attributes["wildtrace.original_latency_s"] == 1.5
-    assert answer.start_time_ns == int(rows["q1"]["started_at"] * 1e9)  # this run's lookup, not T0
+    assert answer.start_time_ns == int(rows["q1"].started_at * 1e9)  # this run's lookup, not T0
     assert (answer.end_time_ns - answer.start_time_ns) / 1e9 == pytest.approx(0.002, abs=1e-4)
     paid = next(s for s in traces["q0"].data.spans if s.name == "answer")
     assert paid.attributes["wildtrace.cached"] is False and "wildtrace.original_latency_s" not in paid.attributes

@@ -18,6 +18,7 @@ from mlflow.tracing.client import TracingClient
 
 from test_tracking_observer import scripted_run, traces_of
 from wildtrace.core.events import RunEnd
+from wildtrace.core.records import JudgmentRecord
 from wildtrace.files import write_json
 from wildtrace.tracking.mlflow_logger import log_run_dir
 from wildtrace.tracking.traces import BATCH
@@ -35,9 +36,9 @@ def paper_panel_run(tmp, name: str, n: int):
     write_json(s.out_dir / "judgments.json", rows)
     s.config["judge_panel"]["judges"] = {k: {"route": k} for k in JUDGES}
     write_json(s.out_dir / "config.json", s.config)
-    by_task: dict[str, list] = {}
+    by_task: dict[str, list[JudgmentRecord]] = {}
     for row in rows:
-        by_task.setdefault(row["question_id"], []).append(row)
+        by_task.setdefault(row["question_id"], []).append(JudgmentRecord.from_row(row))
     s.dones = [dataclasses.replace(d, judgments=by_task[d.question_id]) for d in s.dones]
     return s
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from wildtrace.core.records import AnswerRecord
 from wildtrace.tracking.rundir import run_name, short_time, temperature_sent, warning_tags
 from wildtrace.tracking.sweep import summary_text
 from wildtrace.tracking.traces import cap_text, chat_out, token_usage, window
@@ -74,7 +75,7 @@ def test_token_usage_in_mlflows_shape(usage, expected):
     ({"started_at": True}, None), ({}, None),
 ])
 def test_span_window_from_a_row(row, expected):
-    assert window(row) == expected
+    assert window(AnswerRecord.from_row({"question_id": "q1", "status": "answered", **row})) == expected
 
 
 def test_long_texts_are_cut_and_say_so():

@@ -14,6 +14,7 @@ import mlflow
 import pytest
 
 from wildtrace.core.events import TaskDone
+from wildtrace.core.records import AnswerRecord, JudgmentRecord, TaskStatus
 from wildtrace.tracking.store import client_for
 from wildtrace.tracking.traces import (build_trace, call_attributes, chat_in, chat_out, feedbacks, root_output,
                                        TraceTarget, traced_tasks, tracing_client, write_traces)
@@ -31,7 +32,8 @@ JUDGMENTS = [
      "score": None, "status": "unavailable", "reason": "unparseable", "attempts": 1, "latency_s": 0.25,
      "started_at": 1700000001.6},
 ]
-DONE = TaskDone(question_id="q1", answer=ANSWER, judgments=JUDGMENTS, status="scored", score=0.5,
+DONE = TaskDone(question_id="q1", answer=AnswerRecord.from_row(ANSWER),
+                judgments=[JudgmentRecord.from_row(j) for j in JUDGMENTS], status=TaskStatus.SCORED, score=0.5,
                 meta={"paradigm": "causal", "context_tier": "long"})
 ROUTES = {"qwen": "route-qwen", "gemini": "route-gemini"}
 
@@ -39,7 +41,7 @@ ROUTES = {"qwen": "route-qwen", "gemini": "route-gemini"}
 def reference_trace(done: TaskDone, target: TraceTarget) -> str:
     """The task traced through MLflow's own tracer (the global URI must point at the store)."""
     ns = int(1e9)
-    r = done.answer
+    r = done.answer.to_dict()  # the row, as MLflow's tracer would be handed it
     root = mlflow.start_span_no_context(
         f"task {done.question_id}", span_type="CHAIN", experiment_id=target.experiment_id,
         start_time_ns=int(r["started_at"] * ns),
@@ -53,15 +55,16 @@ def reference_trace(done: TaskDone, target: TraceTarget) -> str:
     caps.end(outputs=r["caps"], end_time_ns=start)
     answer = mlflow.start_span_no_context("answer", span_type="CHAT_MODEL", parent_span=root,
                                           inputs=chat_in(r["prompt_ref"]), start_time_ns=start,
-                                          attributes=call_attributes(r, r["served_model"]))
+                                          attributes=call_attributes(done.answer, r["served_model"]))
     answer.end(outputs=chat_out(r["response"], r["finish_reason"], status=r["status"]),
                end_time_ns=start + int(r["latency_s"] * ns))
     end = start
-    for j in done.judgments:
+    for record in done.judgments:
+        j = record.to_dict()
         js = int(j["started_at"] * ns)
         je = js + int(j["latency_s"] * ns)
         end = max(end, je)
-        attrs = call_attributes(j, ROUTES[j["judge"]])
+        attrs = call_attributes(record, ROUTES[j["judge"]])
         attrs.update({k: v for k, v in {"judge": j["judge"], "total": j["total"], "score": j["score"],
                                         "status": j["status"]}.items() if v is not None})
         span = mlflow.start_span_no_context(f"judge {j['judge']}", span_type="CHAT_MODEL", parent_span=root,
@@ -138,7 +141,8 @@ def test_a_trace_reads_back_as_mlflows_own_tracer_writes_it(store):
     ({"response": "", "status": "failed", "reason": "empty_output"}, "failed: empty_output"),
 ])
 def test_the_root_span_shows_the_answer_or_why_there_is_none(answer, want):
-    assert root_output(TaskDone("q1", answer, [], answer["status"], 0.0, {})) == want
+    record = AnswerRecord.from_row({"question_id": "q1", **answer})
+    assert root_output(TaskDone("q1", record, [], record.status, 0.0, {})) == want
 
 
 def test_trace_ids_are_stable_per_run_and_task(store):
@@ -152,8 +156,9 @@ def test_trace_ids_are_stable_per_run_and_task(store):
 
 def test_a_batch_is_stored_whole_and_a_trace_without_spans_is_completed(store):
     uri, client, target = store
-    dones = [TaskDone(question_id=f"q{i}", answer={**ANSWER, "question_id": f"q{i}"}, judgments=[
-        {**j, "question_id": f"q{i}"} for j in JUDGMENTS], status="scored", score=0.5, meta={}) for i in range(30)]
+    dones = [TaskDone(question_id=f"q{i}", answer=AnswerRecord.from_row({**ANSWER, "question_id": f"q{i}"}),
+                      judgments=[JudgmentRecord.from_row({**j, "question_id": f"q{i}"}) for j in JUDGMENTS],
+                      status=TaskStatus.SCORED, score=0.5, meta={}) for i in range(30)]
     traces = [build_trace(d, target) for d in dones]
     tc = tracing_client(uri)
     tc.start_trace(traces[0].info)  # a process cut off between a trace's info and its spans

@@ -4,7 +4,10 @@ import pandas as pd
 import pytest
 
 from wildtrace.core import views
-from wildtrace.core.records import ANSWERED, FAILED, MISSING, OUT_OF_CONTEXT
+from wildtrace.core.records import AnswerStatus
+
+ANSWERED, FAILED, MISSING = AnswerStatus.ANSWERED, AnswerStatus.FAILED, AnswerStatus.MISSING
+OUT_OF_CONTEXT = AnswerStatus.OUT_OF_CONTEXT
 
 # Five tasks: t1 three judges, t2 one judge unavailable, t3 all judges unavailable,
 # t4 out of context, t5 failed answer.

@@ -29,8 +29,8 @@ from omegaconf import DictConfig
 
 from wildtrace.config import ConfigError, WildtraceConfig, register, to_settings
 from wildtrace.config_check import check_retired
-from wildtrace.core import records as R
 from wildtrace.core.prompts import answer_prompt
+from wildtrace.core.records import CallResult, FailReason
 from wildtrace.providers.base import Provider
 from wildtrace.exitcodes import ExitCode, fail
 
@@ -177,7 +177,7 @@ def cap_of(found: Search, settings: ProbeSettings) -> int:
     return max(1, raw // step * step)
 
 
-async def _call(cfg: WildtraceConfig, provider: Provider, key: str | None, request: Any) -> R.CallResult:
+async def _call(cfg: WildtraceConfig, provider: Provider, key: str | None, request: Any) -> CallResult:
     """One request through the harness's own call path (retry layer, error reading), no cache.
 
     The only place the probe touches the runtime's HTTP layer, so it can be re-pointed.
@@ -208,7 +208,7 @@ def _fits_via_harness(cfg: ProbeRunConfig, key: str | None, language: str) -> Ca
         if result.http_status is not None and 200 <= result.http_status < 300:
             log.info("probe %s: %d characters fit", language, chars)
             return True
-        if result.reason == R.CONTEXT_LENGTH:
+        if result.reason == FailReason.CONTEXT_LENGTH:
             log.info("probe %s: %d characters exceed the window", language, chars)
             return False
         raise ProbeError(f"{language} at {chars} characters: {result.reason}: {result.error} — not a context-length "

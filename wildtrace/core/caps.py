@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from wildtrace.core.records import Scope
+
 #: Only the first this-many characters are inspected for ideographs.
 CJK_WINDOW = 4000
 #: More than this many ideographs in the window selects the cjk cap (21 does, 20 does not).
@@ -15,9 +17,6 @@ CJK_THRESHOLD = 20
 #: The one range the spec counts: 一 (U+4E00) to 鿿 (U+9FFF). Extension A, compatibility
 #: ideographs, kana and hangul deliberately do not count.
 CJK_FIRST, CJK_LAST = "\u4e00", "\u9fff"
-
-IN_SCOPE = "in_scope"
-OUT_OF_CONTEXT = "out_of_context_scope"
 
 
 @dataclass
@@ -42,12 +41,12 @@ class CapsDecision:
     ideographs: int
     cap_kind: str  # "en" | "cjk"
     cap: int
-    scope: str  # IN_SCOPE | OUT_OF_CONTEXT
+    scope: Scope
 
     @property
     def in_scope(self) -> bool:
         """True when the document fits and may be sent."""
-        return self.scope == IN_SCOPE
+        return self.scope == Scope.IN_SCOPE
 
     def to_dict(self) -> dict:
         """Plain dict for JSON rows."""
@@ -72,7 +71,7 @@ def decide(doc_chars: int, ideographs: int, caps: Caps) -> CapsDecision:
     """
     kind = "cjk" if is_cjk(ideographs) else "en"
     cap = caps.cjk if kind == "cjk" else caps.en
-    scope = OUT_OF_CONTEXT if doc_chars > cap else IN_SCOPE
+    scope = Scope.OUT_OF_CONTEXT if doc_chars > cap else Scope.IN_SCOPE
     return CapsDecision(doc_chars=doc_chars, ideographs=ideographs, cap_kind=kind, cap=cap, scope=scope)
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from wildtrace.core.records import AnswerRecord, AnswerStatus, JudgmentRecord, RunStatus, TaskStatus
+
 
 @dataclass(frozen=True)
 class RunStart:
@@ -31,12 +33,13 @@ class TaskDone:
 
     question_id: str
     """The task's id."""
-    answer: dict
-    """The task's responses.json row."""
-    judgments: list[dict]
-    """This task's judgments.json rows (may be empty)."""
-    status: str
-    """Task status as scores.json has it: scored | unscored | failed | out_of_context_scope | missing."""
+    answer: AnswerRecord
+    """The task's answer (its responses.json row is ``answer.to_dict()``)."""
+    judgments: list[JudgmentRecord]
+    """This task's judgments (may be empty)."""
+    status: TaskStatus | AnswerStatus
+    """Task status as scores.json has it: scored | unscored | failed | out_of_context_scope | missing | …;
+    a run read back without scores.json (stage=answer) has its answer's."""
     score: float | None
     """The task's score in [0, 1], or None where it has none."""
     meta: dict
@@ -49,8 +52,8 @@ class RunEnd:
 
     out_dir: str
     """The run directory (absolute)."""
-    status: str
-    """"finished" | "partial" (stopped by a signal / storage failure; files hold what was done) | "failed"."""
+    status: RunStatus
+    """finished | partial (stopped by a signal / storage failure; files hold what was done) | failed."""
 
 
 class RunObserver:
@@ -63,8 +66,8 @@ class RunObserver:
     def task_started(self, question_id: str) -> None:
         """A task's first call is about to be made."""
 
-    def call_finished(self, question_id: str, label: str, row: dict) -> None:
-        """A call ended; ``label`` is "model" or a judge key, ``row`` its responses/judgments row."""
+    def call_finished(self, question_id: str, label: str, record: AnswerRecord | JudgmentRecord) -> None:
+        """A call ended; ``label`` is "model" or a judge key, ``record`` its outcome."""
 
     def task_done(self, done: TaskDone) -> None:
         """A task's answer and judgments are all in."""

@@ -7,7 +7,9 @@ MLflow tables are made of, and what a later report reads back.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
+from enum import StrEnum
 from typing import Any
 
 
@@ -28,31 +30,66 @@ def plain(record: Any) -> dict:
     return out
 
 
-# Answer statuses (responses.json).
-ANSWERED = "answered"
-FAILED = "failed"
-OUT_OF_CONTEXT = "out_of_context_scope"
-# Task statuses (scores.json) add these.
-SCORED = "scored"
-UNSCORED = "unscored"
-MISSING = "missing"
-# Judgment statuses.
-JUDGED = "scored"
-UNAVAILABLE = "unavailable"
+class Scope(StrEnum):
+    """A caps decision's verdict (spec §3): the document fits the model's cap, or it does not."""
 
-# Failure reasons for a call.
-REFUSAL = "refusal"
-EMPTY_OUTPUT = "empty_output"
-CONTEXT_LENGTH = "context_length"
-RETRIES_EXHAUSTED = "retries_exhausted"
-HTTP_ERROR = "http_error"
-TRANSPORT_ERROR = "transport_error"
-BAD_RESPONSE = "bad_response"
-#: Not sent: its worst-case cost did not fit the spend cap (budget.max_usd / <endpoint>.max_usd).
-#: Also an answer, judgment and task status: not a failure of the model, never cached.
-BUDGET_EXHAUSTED = "budget_exhausted"
-QUOTA = "quota_exhausted"  # a quota / spend-limit / billing refusal: never cured by retrying
-RESPONSE_TOO_LARGE = "response_too_large"
+    IN_SCOPE = "in_scope"
+    OUT_OF_CONTEXT = "out_of_context_scope"
+
+
+class AnswerStatus(StrEnum):
+    """A responses.json row's ``status``."""
+
+    ANSWERED = "answered"
+    FAILED = "failed"
+    OUT_OF_CONTEXT = Scope.OUT_OF_CONTEXT.value  # not sent: the caps decision said so
+    #: Not sent: its worst-case cost did not fit the spend cap (budget.max_usd / <endpoint>.max_usd).
+    #: Not a failure of the model, never cached.
+    BUDGET_EXHAUSTED = "budget_exhausted"
+    MISSING = "missing"  # stage=judge: the responses file has no row for the task
+
+
+class JudgmentStatus(StrEnum):
+    """A judgments.json row's ``status``."""
+
+    SCORED = "scored"  # a usable total was read from the reply
+    UNAVAILABLE = "unavailable"  # the call failed or the reply held no usable total (never counted as 0)
+    BUDGET_EXHAUSTED = AnswerStatus.BUDGET_EXHAUSTED.value  # not sent: the spend cap held it back
+
+
+class TaskStatus(StrEnum):
+    """A task's ``status`` in scores.json: its answer's, with ``answered`` split by the panel's outcome."""
+
+    SCORED = JudgmentStatus.SCORED.value  # at least one judge gave a score
+    UNSCORED = "unscored"  # answered, but no judge gave a usable score
+    FAILED = AnswerStatus.FAILED.value
+    OUT_OF_CONTEXT = AnswerStatus.OUT_OF_CONTEXT.value
+    MISSING = AnswerStatus.MISSING.value
+    BUDGET_EXHAUSTED = AnswerStatus.BUDGET_EXHAUSTED.value  # the answer or a judge call was held back by the cap
+
+
+class FailReason(StrEnum):
+    """Why a call failed (``CallResult.reason`` and a row's ``reason``; a row may also hold the judge
+    reply's reason (core/judging.py), the caps rule's words or a served-model mismatch)."""
+
+    REFUSAL = "refusal"
+    EMPTY_OUTPUT = "empty_output"
+    CONTEXT_LENGTH = "context_length"
+    RETRIES_EXHAUSTED = "retries_exhausted"
+    HTTP_ERROR = "http_error"
+    TRANSPORT_ERROR = "transport_error"
+    BAD_RESPONSE = "bad_response"
+    BUDGET_EXHAUSTED = AnswerStatus.BUDGET_EXHAUSTED.value  # not sent: the spend cap held it back
+    QUOTA_EXHAUSTED = "quota_exhausted"  # a quota / spend-limit / billing refusal: never cured by retrying
+    RESPONSE_TOO_LARGE = "response_too_large"
+
+
+class RunStatus(StrEnum):
+    """How a run ended (``RunEnd.status``, run_stats.json's ``status``)."""
+
+    FINISHED = "finished"
+    PARTIAL = "partial"  # stopped by a signal or a storage failure: the files hold what was done
+    FAILED = "failed"  # raised before its files were complete
 
 
 @dataclass(frozen=True)
@@ -110,12 +147,87 @@ class CallResult:
     batched: bool = False  # sent through the provider's batch API (its batch discount applies)
 
 
+@dataclass(frozen=True)
+class CallProvenance:
+    """Where a call's outcome came from and what it cost: the same facts for an answer and a judgment.
+
+    Its fields are the last keys of a responses.json and a judgments.json row, in this order
+    (``row_of`` writes them flat, as the rows have always held them).
+    """
+
+    raw: Any = None  # the provider's JSON (or error body) as received
+    reasoning: str | None = None  # reasoning text returned beside the answer (never judged)
+    served_model: str | None = None  # the model the response says answered
+    cached: bool = False  # served from the outcome cache in this run
+    original_latency_s: float | None = None  # when cached: the paid call's latency
+    temperature_sent: bool | str | None = None  # False: rejected and omitted; "ignored": sent, documented as ignored
+    notes: tuple[str, ...] = ()  # what the harness changed on the way
+    cost_usd: float | None = None  # what this call cost in this run (0 when cached); None: unknown
+    original_cost_usd: float | None = None  # when cached: what the paid call cost
+    batched: bool = False  # sent through the provider's batch API (its batch discount applies)
+
+    @classmethod
+    def of(cls, result: CallResult) -> CallProvenance:
+        """A call's provenance, from its outcome."""
+        return cls(raw=result.raw, reasoning=result.reasoning, served_model=result.served_model, cached=result.cached,
+                   original_latency_s=result.original_latency_s, temperature_sent=result.temperature_sent,
+                   notes=tuple(result.notes), cost_usd=result.cost_usd, original_cost_usd=result.original_cost_usd,
+                   batched=result.batched)
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> CallProvenance:
+        """Read back from a row: keys an older row lacks take their defaults (rows before costs, batches, …)."""
+        given = {name: row[name] for name in PROVENANCE_KEYS if name in row}
+        if "notes" in given:  # a list in the file (a foreign row's may be anything: then it says nothing)
+            given["notes"] = tuple(given["notes"]) if isinstance(given["notes"], (list, tuple)) else ()
+        return cls(**given)
+
+
+#: CallProvenance's fields, in row order.
+PROVENANCE_KEYS = tuple(f.name for f in fields(CallProvenance))
+
+
+_OWN_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _own_names(cls: type) -> tuple[str, ...]:
+    """A record type's own field names, in order, found once (``fields()`` on every row cost a third of ``row_of``)."""
+    names = _OWN_NAMES.get(cls)
+    if names is None:
+        names = _OWN_NAMES[cls] = tuple(f.name for f in fields(cls) if f.name != "provenance")
+    return names
+
+
+def _shallow(value: Any) -> Any:
+    """Lists and dicts copied one level deep (as ``plain`` does), so a row never aliases the record's own."""
+    if isinstance(value, list):
+        return list(value)
+    if isinstance(value, dict):
+        return dict(value)
+    return value
+
+
+def row_of(record: AnswerRecord | JudgmentRecord) -> dict:
+    """A record as its flat JSON row: its own fields, then its provenance's (the layout readers expect)."""
+    row = {name: _shallow(getattr(record, name)) for name in _own_names(type(record))}
+    provenance = record.provenance
+    for name in PROVENANCE_KEYS:
+        row[name] = _shallow(getattr(provenance, name))
+    row["notes"] = list(provenance.notes)
+    return row
+
+
+def _own(cls: type, row: Mapping[str, Any]) -> dict[str, Any]:
+    """The row's values for ``cls``'s own fields (not its provenance); keys an older row lacks are left out."""
+    return {name: row[name] for name in _own_names(cls) if name in row}
+
+
 @dataclass
 class AnswerRecord:
     """A task's row in responses.json."""
 
     question_id: str
-    status: str
+    status: AnswerStatus
     caps: dict
     document: dict = field(default_factory=dict)  # corpus_file, sha256: the document by reference
     reason: str | None = None
@@ -129,20 +241,20 @@ class AnswerRecord:
     http_status: int | None = None
     prompt_sha256: str | None = None
     prompt_ref: str | None = None  # the prompt with the document replaced by its reference
-    raw: Any = None
-    reasoning: str | None = None  # reasoning text returned beside the answer (never judged)
-    served_model: str | None = None  # the model the response says answered
-    cached: bool = False  # served from the outcome cache in this run
-    original_latency_s: float | None = None  # when cached: the paid call's latency
-    temperature_sent: bool | str | None = None  # False: rejected and omitted; "ignored": sent, documented as ignored
-    notes: list[str] = field(default_factory=list)  # what the harness changed on the way
-    cost_usd: float | None = None  # what this call cost in this run (0 when cached); None: unknown
-    original_cost_usd: float | None = None  # when cached: what the paid call cost
-    batched: bool = False  # sent through the provider's batch API (its batch discount applies)
+    provenance: CallProvenance = field(default_factory=CallProvenance)  # raw … batched, last in the row
 
     def to_dict(self) -> dict:
-        """Plain dict for JSON rows."""
-        return plain(self)
+        """The responses.json row (flat: see ``row_of``)."""
+        return row_of(self)
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> AnswerRecord:
+        """A responses.json row read back (an older row lacks the newer keys; a foreign row's extra keys are
+        not part of the record)."""
+        own = _own(cls, row)
+        own["status"] = AnswerStatus(own["status"])
+        own.setdefault("caps", {})
+        return cls(**own, provenance=CallProvenance.from_row(row))
 
 
 @dataclass
@@ -151,7 +263,7 @@ class JudgmentRecord:
 
     question_id: str
     judge: str
-    status: str
+    status: JudgmentStatus
     reason: str | None
     total: float | None
     score: float | None
@@ -165,17 +277,17 @@ class JudgmentRecord:
     prompt_sha256: str
     started_at: float | None = None
     prompt: str = ""  # the full judge prompt: small, and what an auditor needs to see
-    raw: Any = None
-    reasoning: str | None = None  # reasoning text returned beside the answer (never judged)
-    served_model: str | None = None  # the model the response says answered
-    cached: bool = False  # served from the outcome cache in this run
-    original_latency_s: float | None = None  # when cached: the paid call's latency
-    temperature_sent: bool | str | None = None  # False: rejected and omitted; "ignored": sent, documented as ignored
-    notes: list[str] = field(default_factory=list)  # what the harness changed on the way
-    cost_usd: float | None = None  # what this call cost in this run (0 when cached); None: unknown
-    original_cost_usd: float | None = None  # when cached: what the paid call cost
-    batched: bool = False  # sent through the provider's batch API (its batch discount applies)
+    provenance: CallProvenance = field(default_factory=CallProvenance)  # raw … batched, last in the row
 
     def to_dict(self) -> dict:
-        """Plain dict for JSON rows."""
-        return plain(self)
+        """The judgments.json row (flat: see ``row_of``)."""
+        return row_of(self)
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> JudgmentRecord:
+        """A judgments.json row read back (an older row lacks the newer keys: they take their defaults)."""
+        own = {"reason": None, "total": None, "score": None, "parsed": None, "reply": None, "error": None,
+               "usage": {}, "attempts": 0, "latency_s": None, "http_status": None, "prompt_sha256": "",
+               **_own(cls, row)}
+        own["status"] = JudgmentStatus(own["status"])
+        return cls(**own, provenance=CallProvenance.from_row(row))

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 
 import pandas as pd
 
-from wildtrace.core import records as R
+from wildtrace.core.records import AnswerStatus, JudgmentRecord, JudgmentStatus, TaskStatus
 from wildtrace.core.judging import panel_mean
 
 # Column names, defined once.
@@ -32,34 +32,34 @@ def task_scores(answer_status: Mapping[str, str | None], judgments: pd.DataFrame
     out_of_context_scope, missing). Answered tasks with no available judge are
     ``unscored``; only ``scored`` tasks carry a score.
     """
-    available = judgments[judgments[STATUS] == R.JUDGED] if len(judgments) else judgments
+    available = judgments[judgments[STATUS] == JudgmentStatus.SCORED] if len(judgments) else judgments
     by_task = {qid: list(group[SCORE].astype(float)) for qid, group in available.groupby(QID)} if len(available) else {}
-    held = set(judgments.loc[judgments[STATUS] == R.BUDGET_EXHAUSTED, QID]) if len(judgments) else set()
+    held = set(judgments.loc[judgments[STATUS] == JudgmentStatus.BUDGET_EXHAUSTED, QID]) if len(judgments) else set()
     rows = []
     for qid, status in answer_status.items():
-        score = panel_mean(by_task.get(qid, [])) if status == R.ANSWERED else None
-        if status == R.ANSWERED and qid in held:
-            status, score = R.BUDGET_EXHAUSTED, None  # a judge the cap held back: the panel is incomplete
-        elif status == R.ANSWERED:
-            status = R.UNSCORED if score is None else R.SCORED
+        score = panel_mean(by_task.get(qid, [])) if status == AnswerStatus.ANSWERED else None
+        if status == AnswerStatus.ANSWERED and qid in held:
+            status, score = TaskStatus.BUDGET_EXHAUSTED, None  # a judge the cap held back: the panel is incomplete
+        elif status == AnswerStatus.ANSWERED:
+            status = TaskStatus.UNSCORED if score is None else TaskStatus.SCORED
         rows.append({QID: qid, STATUS: status, SCORE: score})
     return pd.DataFrame(rows, columns=[QID, STATUS, SCORE])
 
 
-def task_outcome(answer_status: str, judgments: Iterable[Mapping]) -> tuple[str, float | None]:
-    """One task's status and score from its answer status and judgment rows (as task_scores does)."""
-    if answer_status != R.ANSWERED:
-        return answer_status, None
+def task_outcome(answer_status: str, judgments: Iterable[JudgmentRecord]) -> tuple[TaskStatus, float | None]:
+    """One task's status and score from its answer status and judgment records (as task_scores does)."""
+    if answer_status != AnswerStatus.ANSWERED:
+        return TaskStatus(answer_status), None
     judgments = list(judgments)
-    if any(j.get(STATUS) == R.BUDGET_EXHAUSTED for j in judgments):
-        return R.BUDGET_EXHAUSTED, None
-    score = panel_mean(j.get(SCORE) for j in judgments if j.get(STATUS) == R.JUDGED)
-    return (R.UNSCORED, None) if score is None else (R.SCORED, score)
+    if any(j.status == JudgmentStatus.BUDGET_EXHAUSTED for j in judgments):
+        return TaskStatus.BUDGET_EXHAUSTED, None
+    score = panel_mean(j.score for j in judgments if j.status == JudgmentStatus.SCORED)
+    return (TaskStatus.UNSCORED, None) if score is None else (TaskStatus.SCORED, score)
 
 
 def scored_view(tasks: pd.DataFrame) -> tuple[float | None, int]:
     """Scored: mean over valid scored responses, and their number n."""
-    scored = tasks.loc[tasks[STATUS] == R.SCORED, SCORE].astype(float)
+    scored = tasks.loc[tasks[STATUS] == TaskStatus.SCORED, SCORE].astype(float)
     return (float(scored.mean()) if len(scored) else None), len(scored)
 
 
@@ -80,8 +80,8 @@ def judge_means(judgments: pd.DataFrame) -> dict[str, dict]:
     """Per judge: mean score over its available judgments, n, and the unavailable rate."""
     out: dict[str, dict] = {}
     for judge, group in judgments.groupby(JUDGE, sort=True):
-        group = group[group[STATUS] != R.BUDGET_EXHAUSTED]  # never sent: not the judge's failure
-        ok = group[group[STATUS] == R.JUDGED]
+        group = group[group[STATUS] != JudgmentStatus.BUDGET_EXHAUSTED]  # never sent: not the judge's failure
+        ok = group[group[STATUS] == JudgmentStatus.SCORED]
         out[str(judge)] = {
             "mean": float(ok[SCORE].astype(float).mean()) if len(ok) else None,
             "n": len(ok),
@@ -106,11 +106,11 @@ def summarize(tasks: pd.DataFrame, judgments: pd.DataFrame, n_total: int | None 
         "scored": percent(scored),
         "n_total": int(n_total if n_total is not None else len(tasks)),
         "n_scored": n_scored,
-        "n_out_of_context": int(counts.get(R.OUT_OF_CONTEXT, 0)),
-        "n_failed": int(counts.get(R.FAILED, 0)),
-        "n_unscored": int(counts.get(R.UNSCORED, 0)),
-        "n_missing": int(counts.get(R.MISSING, 0)),
-        "n_budget_exhausted": int(counts.get(R.BUDGET_EXHAUSTED, 0)),
+        "n_out_of_context": int(counts.get(TaskStatus.OUT_OF_CONTEXT, 0)),
+        "n_failed": int(counts.get(TaskStatus.FAILED, 0)),
+        "n_unscored": int(counts.get(TaskStatus.UNSCORED, 0)),
+        "n_missing": int(counts.get(TaskStatus.MISSING, 0)),
+        "n_budget_exhausted": int(counts.get(TaskStatus.BUDGET_EXHAUSTED, 0)),
         "judges": judge_means(judgments),
     }
 
@@ -133,7 +133,7 @@ def matched_panel(runs: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     """
     if not runs:
         return pd.DataFrame(columns=["model", "matched", "n"])
-    scored_sets = [set(f.loc[f[STATUS] == R.SCORED, QID]) for f in runs.values()]
+    scored_sets = [set(f.loc[f[STATUS] == TaskStatus.SCORED, QID]) for f in runs.values()]
     common = set.intersection(*scored_sets)
     rows = []
     for label, frame in runs.items():
@@ -148,7 +148,7 @@ def agreement(judgments: pd.DataFrame) -> dict[str, dict]:
 
     Keyed ``"a~b"`` (sorted). r is None with fewer than two shared tasks or no variance.
     """
-    scored = judgments[judgments[STATUS] == R.JUDGED] if len(judgments) else judgments
+    scored = judgments[judgments[STATUS] == JudgmentStatus.SCORED] if len(judgments) else judgments
     if not len(scored):
         return {}
     table = scored.pivot_table(index=QID, columns=JUDGE, values=SCORE, aggfunc="mean")

@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from wildtrace.core import records as R
 from wildtrace.core import views
+from wildtrace.core.records import AnswerStatus, JudgmentStatus, TaskStatus
 from wildtrace.report import noise, stats
 from wildtrace.report.stats import DEFAULT_BOOTSTRAP, Bootstrap
 
@@ -174,12 +174,12 @@ def answer_status(run: RunData) -> dict[str, str | None]:
     """Each task's answer status: responses.json where read, else from scores.json's rows (None if it has none)."""
     from_responses = {r["question_id"]: r["status"] for r in run.responses or []
                       if isinstance(r, dict) and isinstance(r.get("question_id"), str)
-                      and r.get("status") in (R.ANSWERED, R.FAILED, R.OUT_OF_CONTEXT)}
+                      and r.get("status") in (AnswerStatus.ANSWERED, AnswerStatus.FAILED, AnswerStatus.OUT_OF_CONTEXT)}
     out: dict[str, str | None] = {}
     for row in run.scores.get("tasks", []):
         status = row.get("status")
-        if status in (R.SCORED, R.UNSCORED):
-            status = R.ANSWERED
+        if status in (TaskStatus.SCORED, TaskStatus.UNSCORED):
+            status = AnswerStatus.ANSWERED
         out[row["question_id"]] = from_responses.get(row["question_id"], status)
     return out
 
@@ -214,15 +214,16 @@ def task_matrix(group: Group) -> pd.DataFrame:
     columns = {}
     for run in group.runs:
         frame = tasks_of(run)
-        scores = frame[views.SCORE].astype(float).where(frame[views.STATUS] == R.SCORED)
+        scores = frame[views.SCORE].astype(float).where(frame[views.STATUS] == TaskStatus.SCORED)
         columns[run.run_id] = pd.Series(scores.values, index=frame[views.QID])
     return pd.DataFrame(columns).sort_index()
 
 
 def _counts(run: RunData) -> dict[str, int]:
     statuses = tasks_of(run)[views.STATUS].value_counts()
-    return {"n_tasks": int(statuses.sum()), "n_scored": int(statuses.get(R.SCORED, 0)),
-            "n_out_of_context": int(statuses.get(R.OUT_OF_CONTEXT, 0)), "n_failed": int(statuses.get(R.FAILED, 0))}
+    return {"n_tasks": int(statuses.sum()), "n_scored": int(statuses.get(TaskStatus.SCORED, 0)),
+            "n_out_of_context": int(statuses.get(TaskStatus.OUT_OF_CONTEXT, 0)),
+            "n_failed": int(statuses.get(TaskStatus.FAILED, 0))}
 
 
 def cost_columns(runs: Sequence[RunData], overall: float | None) -> dict[str, float | None]:
@@ -276,7 +277,7 @@ def _group_frame(g: Group) -> pd.DataFrame:
     """The group as one task_scores-shaped frame: scored where every replicate scored, mean score."""
     m = task_matrix(g)
     all_scored = m.notna().all(axis=1)
-    return pd.DataFrame({views.QID: m.index, views.STATUS: np.where(all_scored, R.SCORED, R.UNSCORED),
+    return pd.DataFrame({views.QID: m.index, views.STATUS: np.where(all_scored, TaskStatus.SCORED, TaskStatus.UNSCORED),
                          views.SCORE: m.mean(axis=1).where(all_scored).values})
 
 
@@ -312,7 +313,7 @@ def judge_agreement(runs: Sequence[RunData]) -> dict[str, Any]:
         if runs else views.judgments_frame([])
     if not len(long):
         return {"judges": {}, "pairs": {}, "krippendorff_alpha_interval": None, "n_units": 0}
-    ok = long[long[views.STATUS] == R.JUDGED]
+    ok = long[long[views.STATUS] == JudgmentStatus.SCORED]
     table = ok.pivot_table(index=views.QID, columns=views.JUDGE, values=views.SCORE, aggfunc="mean")
     panel = table.mean(axis=1)
     judges = views.judge_means(long)
@@ -468,11 +469,11 @@ def judge_replicate_frames(runs: Sequence[RunData]) -> tuple[pd.DataFrame, pd.Da
         unit = _unit_keys(run)
         for t in run.scores.get("tasks", []):
             for judge, v in (t.get("judges") or {}).items():
-                score = v.get("score") if v.get("status") == R.JUDGED else None
+                score = v.get("score") if v.get("status") == JudgmentStatus.SCORED else None
                 scores.append({noise.UNIT: unit(judge, t["question_id"]), noise.JUDGE: judge,
                                noise.REPLICATE: rep, noise.SCORE: np.nan if score is None else float(score)})
         for j in run.judgments or []:
-            if j.get("status") == R.JUDGED and j.get("points"):
+            if j.get("status") == JudgmentStatus.SCORED and j.get("points"):
                 key = unit(j["judge"], j["question_id"])
                 items += [{noise.UNIT: key, noise.JUDGE: j["judge"], noise.REPLICATE: rep,
                            noise.QID: j["question_id"], noise.ITEM: k, noise.POINTS: p}
@@ -503,7 +504,7 @@ def judge_failures(runs: Sequence[RunData]) -> dict[str, dict[str, int]]:
             for judge, v in (t.get("judges") or {}).items():
                 row = out.setdefault(judge, {"n_calls": 0, "n_parse_failures": 0, "n_call_failures": 0})
                 row["n_calls"] += 1
-                if v.get("status") != R.JUDGED:
+                if v.get("status") != JudgmentStatus.SCORED:
                     row["n_parse_failures" if v.get("reason") in PARSE_FAILURES else "n_call_failures"] += 1
     return out
 
@@ -523,7 +524,7 @@ def judge_splits(runs: Sequence[RunData], top: int = 20) -> pd.DataFrame:
     """The rubric items the panel splits on most (a unit = one run's grading of one task)."""
     rows = [{noise.UNIT: f"{run.run_id}/{j['question_id']}", noise.JUDGE: j["judge"], noise.QID: j["question_id"],
              noise.ITEM: k, noise.POINTS: p}
-            for run in runs for j in run.judgments or [] if j.get("status") == R.JUDGED and j.get("points")
+            for run in runs for j in run.judgments or [] if j.get("status") == JudgmentStatus.SCORED and j.get("points")
             for k, p in enumerate(j["points"], start=1)]
     frame = pd.DataFrame(rows, columns=[noise.UNIT, noise.JUDGE, noise.QID, noise.ITEM, noise.POINTS])
     return noise.judge_splits(frame, criteria_of(runs), top)

@@ -24,9 +24,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
-from wildtrace.core import records as R
 from wildtrace.core.cost import DIGITS, Billable, Price, billable, exact_cost
-from wildtrace.core.records import CallResult, Usage
+from wildtrace.core.records import CallResult, FailReason, Usage
 
 #: Bytes of request body beyond the prompt's own (role markers, a chat template) allowed for.
 TEMPLATE_TOKENS = 64
@@ -108,7 +107,7 @@ class Ticket:
     def refusal(self) -> CallResult:
         """The outcome of a call the cap did not let through: not sent, not a model failure."""
         text = self.ledger.refusal_text(self.label, self.worst or Fraction(0))
-        return CallResult(False, None, R.BUDGET_EXHAUSTED, text, None, Usage(), 0, 0.0, None, None)
+        return CallResult(False, None, FailReason.BUDGET_EXHAUSTED, text, None, Usage(), 0, 0.0, None, None)
 
 
 @dataclass
@@ -235,7 +234,7 @@ class Ledger:
             account.held -= ticket.worst or 0
             ticket.reserved = False
             self._notify()
-        if result.reason == R.BUDGET_EXHAUSTED:
+        if result.reason == FailReason.BUDGET_EXHAUSTED:
             return replace(result, cost_usd=0.0)
         exact = self._cost(account, result, (ticket is not None and ticket.batched) or result.batched)
         if result.cached:

@@ -42,8 +42,7 @@ from typing import Any
 import httpx
 
 from wildtrace.core import jsonsafe
-from wildtrace.core import records as R
-from wildtrace.core.records import CallResult, Usage
+from wildtrace.core.records import CallResult, FailReason, Usage
 from wildtrace.providers.base import IncompleteStream, Provider, StreamError, WireRequest
 from wildtrace.runtime.budget import Ticket
 from wildtrace.runtime.cache import Cache, StorageError, cache_key
@@ -189,14 +188,14 @@ def interpret(provider: Provider, payload: Any, status: int, attempts: int, late
     try:
         completion = provider.parse_response(payload)
     except (ValueError, TypeError, AttributeError) as exc:
-        return CallResult(False, None, R.BAD_RESPONSE, f"no answer in the {provider.name} format: {exc}", None, Usage(),
-                          attempts, latency_s, status, payload)
+        return CallResult(False, None, FailReason.BAD_RESPONSE, f"no answer in the {provider.name} format: {exc}", None,
+                          Usage(), attempts, latency_s, status, payload)
     base = CallResult(True, completion.text, None, None, completion.finish_reason, completion.usage, attempts,
                       latency_s, status, payload, reasoning=completion.reasoning, served_model=completion.served_model)
     if completion.refusal:
-        return replace(base, ok=False, reason=R.REFUSAL, error=str(completion.refusal))
+        return replace(base, ok=False, reason=FailReason.REFUSAL, error=str(completion.refusal))
     if completion.text is None or not completion.text.strip():
-        return replace(base, ok=False, reason=R.EMPTY_OUTPUT, error="empty or whitespace-only output")
+        return replace(base, ok=False, reason=FailReason.EMPTY_OUTPUT, error="empty or whitespace-only output")
     return base
 
 
@@ -205,7 +204,7 @@ def is_storable(result: CallResult) -> bool:
 
     HTTP errors and exhausted retries are not stored, so a rerun tries them again.
     """
-    return result.ok or result.reason in (R.REFUSAL, R.EMPTY_OUTPUT)
+    return result.ok or result.reason in (FailReason.REFUSAL, FailReason.EMPTY_OUTPUT)
 
 
 def strict(value: Any) -> tuple[Any, tuple[str, ...]]:
@@ -426,7 +425,7 @@ class Endpoint:
         payload, echoed = scrub(stored["payload"])  # an entry written before replies were scrubbed
         result = interpret(self.provider, payload, stored["http_status"], stored["attempts"],
                            time.perf_counter() - started)
-        if result.reason == R.BAD_RESPONSE:  # an older run cached ``choices: []`` as an answer: ask again
+        if result.reason == FailReason.BAD_RESPONSE:  # an older run cached ``choices: []`` as an answer: ask again
             return None
         self.hits += 1
         notes = stored.get("notes")
@@ -462,7 +461,8 @@ class Endpoint:
                               started_at=started_at)
 
         if self.quota_error is not None:
-            return failed(R.QUOTA, f"not sent: an earlier call was refused for quota ({self.quota_error})", 0)
+            return failed(FailReason.QUOTA_EXHAUSTED,
+                          f"not sent: an earlier call was refused for quota ({self.quota_error})", 0)
         wire = self.provider.stream_request(request) if self.streaming else request
         if wire.body is not request.body:  # the streamed body differs; a plain one was encoded for its cache key
             content = encode_body(wire.body)
@@ -471,7 +471,7 @@ class Endpoint:
         for attempt_no in range(1, self.retry.max_retries + 2):
             attempt = await self._send(wire, content, cost_tokens)
             result = self._received(attempt, attempt_no, time.perf_counter() - started) if attempt.success else None
-            if result is not None and result.reason != R.BAD_RESPONSE:
+            if result is not None and result.reason != FailReason.BAD_RESPONSE:
                 return replace(result, started_at=started_at)
             seen = self._seen(attempt, attempt_no, request, result)
             step = next_step(seen, self.retry)
@@ -486,7 +486,7 @@ class Endpoint:
                 self.quota_error = step.error
                 log.warning("%s: quota or spend limit reached (%s); the endpoint's remaining calls fail at once",
                             self.label, redact(step.error))
-                return failed(R.QUOTA, step.error, attempt_no, attempt)
+                return failed(FailReason.QUOTA_EXHAUSTED, step.error, attempt_no, attempt)
             else:
                 return failed(step.reason, step.error, attempt_no, attempt)
         raise AssertionError("next_step ends a loop of max_retries + 1 attempts inside it")
@@ -683,7 +683,7 @@ class Endpoint:
         payload, echoed = scrub(attempt.payload)
         result = interpret(self.provider, payload, attempt.status or 200, attempt_no, latency_s)
         result = replace(result, notes=attempt.notes + ((ECHO_NOTE,) if echoed else ()))
-        if result.reason == R.BAD_RESPONSE:
+        if result.reason == FailReason.BAD_RESPONSE:
             return replace(result, error=self._arrived(attempt, result.error or ""))
         return result
 

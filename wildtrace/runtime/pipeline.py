@@ -19,12 +19,12 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from wildtrace.core import records as R
 from wildtrace.core.caps import CapsDecision
 from wildtrace.core.events import RunObserver, TaskDone
 from wildtrace.core.judging import parse_judge_reply
 from wildtrace.core.prompts import answer_prompt, document_reference, judge_prompt
-from wildtrace.core.records import AnswerRecord, CallResult, JudgmentRecord
+from wildtrace.core.records import (AnswerRecord, AnswerStatus, CallProvenance, CallResult, FailReason, JudgmentRecord,
+                                    JudgmentStatus)
 from wildtrace.core.tasks import Task
 from wildtrace.core.views import task_outcome
 from wildtrace.providers.base import Provider
@@ -64,7 +64,7 @@ class Counters:
 
     def record_call(self, label: str, result: CallResult) -> None:
         """Count one call's outcome under its endpoint (a call the cap kept back is not a call, nor a failure)."""
-        if result.reason == R.BUDGET_EXHAUSTED:
+        if result.reason == FailReason.BUDGET_EXHAUSTED:
             return
         self.calls[label] += 1
         if not result.ok:
@@ -73,14 +73,10 @@ class Counters:
 
 
 def call_fields(result: CallResult) -> dict:
-    """What every record keeps of its call: error, usage, attempts, timing, status, raw JSON, provenance."""
+    """What every record keeps of its call: error, usage, attempts, timing, HTTP status, and its provenance."""
     return {"error": result.error, "usage": result.usage.to_dict(), "attempts": result.attempts,
             "latency_s": result.latency_s, "started_at": result.started_at, "http_status": result.http_status,
-            "raw": result.raw, "reasoning": result.reasoning, "served_model": result.served_model,
-            "cached": result.cached, "original_latency_s": result.original_latency_s,
-            "temperature_sent": result.temperature_sent, "notes": list(result.notes),
-            "cost_usd": result.cost_usd, "original_cost_usd": result.original_cost_usd,
-            "batched": result.batched}
+            "provenance": CallProvenance.of(result)}
 
 
 def answer_record(task: Task, caps: CapsDecision, document: dict, prompt_sha: str, prompt_ref: str,
@@ -88,7 +84,8 @@ def answer_record(task: Task, caps: CapsDecision, document: dict, prompt_sha: st
     """Turn a call's outcome into the task's responses.json row."""
     return AnswerRecord(
         question_id=task.question_id,
-        status=R.ANSWERED if result.ok else R.BUDGET_EXHAUSTED if result.reason == R.BUDGET_EXHAUSTED else R.FAILED,
+        status=AnswerStatus.ANSWERED if result.ok
+        else AnswerStatus.BUDGET_EXHAUSTED if result.reason == FailReason.BUDGET_EXHAUSTED else AnswerStatus.FAILED,
         caps=caps.to_dict(),
         document=document,
         reason=result.reason,
@@ -107,7 +104,9 @@ def judgment_record(task: Task, judge: str, prompt: str, result: CallResult) -> 
     return JudgmentRecord(
         question_id=task.question_id,
         judge=judge,
-        status=R.JUDGED if available else R.BUDGET_EXHAUSTED if result.reason == R.BUDGET_EXHAUSTED else R.UNAVAILABLE,
+        status=JudgmentStatus.SCORED if available
+        else JudgmentStatus.BUDGET_EXHAUSTED if result.reason == FailReason.BUDGET_EXHAUSTED
+        else JudgmentStatus.UNAVAILABLE,
         reason=None if available else (verdict.reason if verdict else result.reason),
         total=verdict.total if verdict else None,
         score=verdict.score if verdict else None,  # None unless available (JudgeVerdict.available)
@@ -215,7 +214,7 @@ def survey(plan: Plan, cache: Cache) -> Survey:
         decision = plan.decisions[task.question_id]
         if plan.given_answers is not None:
             row = plan.given_answers.get(task.question_id) or {}
-            answer = row.get("response") if row.get("status") == R.ANSWERED else ""
+            answer = row.get("response") if row.get("status") == AnswerStatus.ANSWERED else ""
         elif not decision.in_scope:
             out.out_of_context += 1
             continue
@@ -296,7 +295,9 @@ class _Run:
                  progress: Callable[[Counters, bool], None], stop: Stop) -> None:
         self.plan, self.observer, self.counters, self.progress, self.stop = plan, observer, counters, progress, stop
         self.decisions = plan.decisions
-        self.answers: dict[str, dict] = {}
+        self.answers: dict[str, AnswerRecord] = {}
+        #: stage=judge: each task's row as given; responses.json keeps it whole (a foreign row's own keys too).
+        self.given_rows: dict[str, dict] = {}
         self.judgments: dict[tuple[str, str], JudgmentRecord] = {}
         self.done: set[str] = set()
 
@@ -352,8 +353,8 @@ class _Run:
         task, plan, decision = ready.task, self.plan, self.decisions[ready.task.question_id]
         document_ref = document_of(plan.dataset, task)
         if not decision.in_scope:
-            return AnswerRecord(question_id=task.question_id, status=R.OUT_OF_CONTEXT, caps=decision.to_dict(),
-                                document=document_ref,
+            return AnswerRecord(question_id=task.question_id, status=AnswerStatus.OUT_OF_CONTEXT,
+                                caps=decision.to_dict(), document=document_ref,
                                 reason=f"document has {decision.doc_chars} characters > {decision.cap_kind} cap "
                                        f"{decision.cap}")
         assert plan.model is not None
@@ -402,22 +403,22 @@ class _Run:
     def finish_task(self, task: Task) -> None:
         """A task has its answer and every judgment: tell the observer and the progress line."""
         qid = task.question_id
-        row = self.answers[qid]
-        rows = [self.judgments[(qid, j.label)].to_dict() for j in self.plan.judges if (qid, j.label) in self.judgments]
-        status, score = task_outcome(row["status"], rows)
+        answer = self.answers[qid]
+        judgments = [self.judgments[(qid, j.label)] for j in self.plan.judges if (qid, j.label) in self.judgments]
+        status, score = task_outcome(answer.status, judgments)
         self.done.add(qid)
         self.counters.tasks_done += 1
         meta = {k: task.meta[k] for k in ("paradigm", "context_tier") if k in task.meta}
-        self.observer.task_done(TaskDone(question_id=qid, answer=row, judgments=rows, status=status, score=score,
-                                         meta=meta))
+        self.observer.task_done(TaskDone(question_id=qid, answer=answer, judgments=judgments, status=status,
+                                         score=score, meta=meta))
         self.progress(self.counters, True)
 
     async def judge_all(self, task: Task, response: str) -> None:
         async def one(judge: Endpoint) -> None:
             record = await self.judge(judge, task, response)
             self.judgments[(task.question_id, judge.label)] = record
-            self.observer.call_finished(task.question_id, judge.label, record.to_dict())
-            if record.status == R.JUDGED:
+            self.observer.call_finished(task.question_id, judge.label, record)
+            if record.status == JudgmentStatus.SCORED:
                 self.counters.judged += 1
             else:
                 self.counters.judge_unavailable += 1
@@ -430,18 +431,23 @@ class _Run:
                 panel.create_task(one(judge))
         self.finish_task(task)
 
-    def settle(self, group: asyncio.TaskGroup, task: Task, row: dict) -> None:
-        self.answers[task.question_id] = row
-        status = row["status"]
-        if status == R.ANSWERED:
+    def answer_row(self, question_id: str) -> dict:
+        """The task's responses.json row: as given (stage=judge), else its record's."""
+        given = self.given_rows.get(question_id)
+        return given if given is not None else self.answers[question_id].to_dict()
+
+    def settle(self, group: asyncio.TaskGroup, task: Task, record: AnswerRecord) -> None:
+        self.answers[task.question_id] = record
+        status = record.status
+        if status == AnswerStatus.ANSWERED:
             self.counters.answered += 1
             if self.plan.judges:
-                group.create_task(self.judge_all(task, row["response"]))
+                group.create_task(self.judge_all(task, record.response or ""))  # answered: it has text
                 self.progress(self.counters, False)
                 return
-        elif status == R.OUT_OF_CONTEXT:
+        elif status == AnswerStatus.OUT_OF_CONTEXT:
             self.counters.out_of_context += 1
-        elif status == R.BUDGET_EXHAUSTED:
+        elif status == AnswerStatus.BUDGET_EXHAUSTED:
             self.counters.budget_exhausted += 1
         else:
             self.counters.failed += 1
@@ -462,16 +468,18 @@ class _Run:
                     self.observer.task_started(task.question_id)
                     row = plan.given_answers.get(task.question_id)
                     if row is None:
-                        row = {"question_id": task.question_id, "status": R.MISSING,
+                        row = {"question_id": task.question_id, "status": AnswerStatus.MISSING,
                                "caps": self.decisions[task.question_id].to_dict(),
                                "document": document_of(plan.dataset, task), "reason": "no row in the responses file"}
-                        self.answers[task.question_id] = row
+                        self.given_rows[task.question_id] = row
+                        self.answers[task.question_id] = AnswerRecord.from_row(row)
                         self.counters.failed += 1
                         self.finish_task(task)
                         continue
                     row.setdefault("caps", self.decisions[task.question_id].to_dict())
                     row.setdefault("document", document_of(plan.dataset, task))
-                    self.settle(group, task, row)
+                    self.given_rows[task.question_id] = row
+                    self.settle(group, task, AnswerRecord.from_row(row))
                 return
             assert plan.model is not None
             workers = min(plan.model.provider.spec.max_concurrency, len(tasks))
@@ -490,10 +498,9 @@ class _Run:
                     self.observer.task_started(task.question_id)
                     record = await self.answer(item)
                     del item
-                    row = record.to_dict()
-                    if record.status != R.OUT_OF_CONTEXT:
-                        self.observer.call_finished(task.question_id, "model", row)
-                    self.settle(group, task, row)
+                    if record.status != AnswerStatus.OUT_OF_CONTEXT:
+                        self.observer.call_finished(task.question_id, "model", record)
+                    self.settle(group, task, record)
 
             preparer = asyncio.create_task(self.prepare_all(ready, workers))
             try:
@@ -537,13 +544,14 @@ async def execute(plan: Plan, counters: Counters | None = None,
     order = {t.question_id: i for i, t in enumerate(tasks)}
     judge_order = {j.label: i for i, j in enumerate(plan.judges)}
     by_order = sorted(state.judgments.values(), key=lambda j: (order[j.question_id], judge_order[j.judge]))
+    rows = {t.question_id: state.answer_row(t.question_id) for t in tasks if t.question_id in state.answers}
     return Outcome(
-        answers=[state.answers[t.question_id] for t in tasks if t.question_id in state.done],
+        answers=[rows[t.question_id] for t in tasks if t.question_id in state.done],
         judgments=[j for j in by_order if j.question_id in state.done],
         counters=counters,
         wall_s=time.perf_counter() - started,
         stopped=stop.reason,
-        received_answers=[state.answers[t.question_id] for t in tasks if t.question_id in state.answers],
+        received_answers=list(rows.values()),
         received_judgments=by_order,
     )
 

@@ -12,9 +12,9 @@ import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 
-from wildtrace.core import records as R
 from wildtrace.core.judging import parse_judge_reply
 from wildtrace.core.prompts import answer_prompt, judge_prompt
+from wildtrace.core.records import FailReason
 from wildtrace.core.tasks import RubricItem
 from wildtrace.providers.base import EndpointSpec, Sampling
 from wildtrace.providers.registry import provider_class
@@ -72,7 +72,7 @@ async def _one(spec: EndpointSpec, key: str | None, sampling: Sampling, retry: R
         result = enforce(rule, await endpoint.call(endpoint.provider.build_request(prompt_for(spec), sampling)))
     finally:
         await endpoint.aclose()
-    answered = result.ok or result.reason in (R.EMPTY_OUTPUT, R.REFUSAL)
+    answered = result.ok or result.reason in (FailReason.EMPTY_OUTPUT, FailReason.REFUSAL)
     message = (result.text or "").strip()[:60] if result.ok else (result.error or result.reason or "")
     if result.ok and spec.label != "model":
         verdict = parse_judge_reply(result.text)

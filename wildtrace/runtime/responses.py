@@ -7,14 +7,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from wildtrace.core import records as R
+from wildtrace.core.records import AnswerStatus, FailReason
 from wildtrace.core.tasks import DatasetError
 from wildtrace.runtime.dataset import input_file
 from wildtrace.runtime.secrets import ECHO_NOTE, scrub
 
 #: Where answer text may sit in a foreign row, in order of preference.
 TEXT_FIELDS = ("response", "answer", "output", "text", "raw_answer")
-STATUSES = (R.ANSWERED, R.FAILED, R.OUT_OF_CONTEXT, R.BUDGET_EXHAUSTED)
+STATUSES = (AnswerStatus.ANSWERED, AnswerStatus.FAILED, AnswerStatus.OUT_OF_CONTEXT, AnswerStatus.BUDGET_EXHAUSTED)
 
 
 def _rows(data: Any, source: str) -> list:
@@ -63,12 +63,12 @@ def load_responses(path: str | Path, known_ids: set[str]) -> dict[str, dict]:
         if status is not None and status not in STATUSES:
             raise DatasetError(f"{source}: row #{i}: field 'status' must be one of {STATUSES}, got {status!r}")
         if status is None:
-            status = R.ANSWERED if text and text.strip() else R.FAILED
+            status = AnswerStatus.ANSWERED if text and text.strip() else AnswerStatus.FAILED
         reason = row.get("reason")
-        if status == R.ANSWERED and not (text and text.strip()):
-            status, reason = R.FAILED, R.EMPTY_OUTPUT
-        elif status == R.FAILED and reason is None and not (text and text.strip()):
-            reason = R.EMPTY_OUTPUT
+        if status == AnswerStatus.ANSWERED and not (text and text.strip()):
+            status, reason = AnswerStatus.FAILED, FailReason.EMPTY_OUTPUT
+        elif status == AnswerStatus.FAILED and reason is None and not (text and text.strip()):
+            reason = FailReason.EMPTY_OUTPUT
         out[qid] = {**row, "question_id": qid, "status": status, "response": text, "reason": reason}
     return out
 

@@ -27,7 +27,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from wildtrace.core import records as R
+from wildtrace.core.records import FailReason
 
 #: ``classify`` results.
 OK = "ok"  # a 2xx: nothing to retry
@@ -435,8 +435,8 @@ def failure_reason(status: int | None, payload: Any) -> str:
     """A final failure's reason: ``context_length`` when the provider says the prompt does not fit."""
     text = json.dumps(payload, default=str).lower() if payload is not None else ""
     if status in (400, 413, 422) and any(m in text for m in CONTEXT_LENGTH_MARKERS):
-        return R.CONTEXT_LENGTH
-    return R.HTTP_ERROR
+        return FailReason.CONTEXT_LENGTH
+    return FailReason.HTTP_ERROR
 
 
 # --------------------------------------------------------------------------------------
@@ -516,7 +516,7 @@ def next_step(seen: Seen, policy: RetryPolicy) -> Step:
     if seen.stale:
         return Resend()
     if seen.too_large and not seen.bad:
-        return Fail(R.RESPONSE_TOO_LARGE, seen.error)
+        return Fail(FailReason.RESPONSE_TOO_LARGE, seen.error)
     if not seen.bad and seen.status is not None:
         resend = _resend(seen)
         if resend is not None:
@@ -527,7 +527,7 @@ def next_step(seen: Seen, policy: RetryPolicy) -> Step:
         if verdict == FAIL:
             return Fail(failure_reason(seen.status, seen.payload), seen.error)
     if seen.attempt_no > policy.max_retries:
-        return Fail(R.BAD_RESPONSE if seen.bad else R.RETRIES_EXHAUSTED, seen.error)
+        return Fail(FailReason.BAD_RESPONSE if seen.bad else FailReason.RETRIES_EXHAUSTED, seen.error)
     return Retry(seen.retry_after if seen.status is not None else None)
 
 

@@ -28,6 +28,7 @@ from wildtrace.config_check import spec_warnings
 from wildtrace.core import views
 from wildtrace.core.events import RunEnd, RunObserver, RunStart
 from wildtrace.core.prompts import PROMPTS_VERSION, prompts_sha256
+from wildtrace.core.records import RunStatus
 from wildtrace.core.tasks import oddities
 from wildtrace.providers.base import EndpointSpec
 from wildtrace.providers.registry import provider_class
@@ -413,7 +414,7 @@ def run(cfg: WildtraceConfig, overrides: Sequence[str] = (), parent_run_id: str 
     with deferred_signals(signals):
         result = _write(cfg, dataset, outcome, out_dir, endpoints, counters, overrides, run_date, warnings, config,
                         ledger, cache)
-        status = "partial" if outcome.stopped else "finished"
+        status = RunStatus.PARTIAL if outcome.stopped else RunStatus.FINISHED
         run_id = observer.run_finished(RunEnd(out_dir=str(out_dir), status=status))
         unlogged = cfg.mlflow.enabled and run_id is None
         if cfg.mlflow.enabled:
@@ -449,7 +450,7 @@ def _write(cfg: WildtraceConfig, dataset: Dataset, outcome: Outcome, out_dir: Pa
             "harness_version": __version__,
             "git_commit": git_commit(),
             "run_date": run_date,
-            "status": "partial" if outcome.stopped else "finished",
+            "status": RunStatus.PARTIAL if outcome.stopped else RunStatus.FINISHED,
             "stopped": outcome.stopped,
             "dataset": dataset_identity(cfg, dataset),
             "stage": cfg.stage,

@@ -27,8 +27,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from wildtrace.config import ON_MISMATCH, ConfigError
-from wildtrace.core import records as R
-from wildtrace.core.records import CallResult
+from wildtrace.core.records import CallResult, FailReason
 from wildtrace.providers.registry import provider_class
 
 if TYPE_CHECKING:
@@ -115,7 +114,7 @@ def enforce(policy: ServedPolicy | None, result: CallResult) -> CallResult:
     why = f"served by {shown!r}, not the {policy.expected()}"
     if policy.on_mismatch == "warn":
         return replace(result, notes=(*result.notes, f"{MISMATCH} (warned): {why}"))
-    if not result.ok and result.reason != R.EMPTY_OUTPUT and result.reason != R.REFUSAL:
+    if not result.ok and result.reason != FailReason.EMPTY_OUTPUT and result.reason != FailReason.REFUSAL:
         return result  # already a failure for its own reason
     return replace(result, ok=False, reason=f"{MISMATCH}: {shown}",
                    error=f"{why}: the reply is not used (served_model.on_mismatch=fail)")

@@ -102,9 +102,9 @@ class DocumentUploader:
                 self._stored.add(sha)
             return f"runs:/{run}/{PREFIX}/{sha}/{path.name}"
 
-    def put_task(self, answer: Mapping, corpus_dir: str) -> None:
-        """The document of one finished task (its responses.json row), if not stored yet."""
-        doc: Mapping = answer.get("document") or {}
+    def put_task(self, document: Mapping, corpus_dir: str) -> None:
+        """The document of one finished task (its answer's ``document``: corpus_file, sha256), if not stored yet."""
+        doc: Mapping = document or {}
         sha, name = doc.get("sha256"), doc.get("corpus_file")
         if not sha or not name or sha in self._stored:
             return

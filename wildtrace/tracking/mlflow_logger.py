@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from wildtrace.core.records import RunStatus
 from wildtrace.files import write_json
 from wildtrace.tracking import documents
 from wildtrace.tracking.parent import refresh_parent
@@ -242,7 +243,7 @@ def complete_run(target: Target, rd: RunDir, parent_run_id: str | None, exporter
     try:
         log_contents(target, rd, parent_run_id, uploader)
         finish_traces(target, rd, exporter)
-        target.client.set_terminated(target.run_id, "KILLED" if rd.status == "partial" else "FINISHED")
+        target.client.set_terminated(target.run_id, "KILLED" if rd.status == RunStatus.PARTIAL else "FINISHED")
     except BaseException:
         if exporter:
             exporter.close(0)
@@ -293,7 +294,7 @@ def log_run_dir(path: str | Path, parent_run_id: str | None = None, tracking_uri
                             rd.stats.get("run_date"), parent_run_id)
     write_marker(rd.path, RUNNING, target, parent_run_id)
     complete_run(target, rd, parent_run_id)
-    write_marker(rd.path, PARTIAL if rd.status == "partial" else LOGGED, target, parent_run_id)
+    write_marker(rd.path, PARTIAL if rd.status == RunStatus.PARTIAL else LOGGED, target, parent_run_id)
     return target.run_id
 
 

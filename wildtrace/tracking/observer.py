@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 
 from wildtrace.core.events import RunEnd, RunObserver, RunStart, TaskDone
+from wildtrace.core.records import RunStatus
 from wildtrace.tracking.mlflow_logger import (NOT_LOGGED, PARTIAL, LOGGED, RUNNING, Target, TRACE_WAIT_S, complete_run,
                                               create_run, open_target, read_run_dir, reason_of, say_not_logged,
                                               write_marker)
@@ -22,7 +23,7 @@ from wildtrace.tracking.store import log, terminate_quietly
 from wildtrace.tracking.traces import TraceExporter, TraceTarget
 
 #: RunEnd.status → the MLflow status a run that cannot be logged is closed with.
-CLOSE_STATUS = {"finished": "FAILED", "partial": "KILLED", "failed": "FAILED"}
+CLOSE_STATUS = {RunStatus.FINISHED: "FAILED", RunStatus.PARTIAL: "KILLED", RunStatus.FAILED: "FAILED"}
 #: How long a run whose store is failing still waits for traces in flight.
 FAILING_WAIT_S = 15.0
 
@@ -97,7 +98,7 @@ class MlflowObserver(RunObserver):
 
     @staticmethod
     def _store_document(uploader: DocumentUploader, corpus: str, done: TaskDone) -> None:
-        uploader.put_task(done.answer, corpus)
+        uploader.put_task(done.answer.document, corpus)
 
     def task_done(self, done: TaskDone) -> None:
         """Queue the task's trace for the export thread (never blocks the event loop)."""
@@ -114,11 +115,11 @@ class MlflowObserver(RunObserver):
         try:
             if self.target is None:
                 raise RuntimeError("the MLflow run could not be started")
-            if end.status == "failed":
+            if end.status == RunStatus.FAILED:
                 raise RuntimeError("the run failed before its files were complete")
             rd = read_run_dir(path)
-            if end.status == "partial":  # the files may predate the stop: the event is the truth
-                rd.stats["status"] = "partial"
+            if end.status == RunStatus.PARTIAL:  # the files may predate the stop: the event is the truth
+                rd.stats["status"] = RunStatus.PARTIAL
             complete_run(self.target, rd, self.parent_run_id, self.exporter, self.documents)
         except Exception as exc:  # noqa: BLE001 - MLflow trouble must never cost results
             reason = reason_of(exc)
@@ -132,7 +133,7 @@ class MlflowObserver(RunObserver):
             return None
         finally:
             self._abandon()
-        write_marker(path, PARTIAL if rd.status == "partial" else LOGGED, self.target, self.parent_run_id)
+        write_marker(path, PARTIAL if rd.status == RunStatus.PARTIAL else LOGGED, self.target, self.parent_run_id)
         return self.target.run_id
 
     def _abandon(self) -> None:

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wildtrace.core.events import RunEnd, RunObserver, RunStart, TaskDone
+from wildtrace.core.records import RunStatus
 
 if TYPE_CHECKING:
     from wildtrace.tracking.observer import MlflowObserver
@@ -296,7 +297,7 @@ def child_main(in_fd: int, out_fd: int) -> int:
             send(("finished", observer.run_finished(event)))
             return 0
     if started is not None:  # the run's process went away without finishing: keep what it sent
-        observer.run_finished(RunEnd(out_dir=started.out_dir, status="failed"))
+        observer.run_finished(RunEnd(out_dir=started.out_dir, status=RunStatus.FAILED))
     return 0
 
 

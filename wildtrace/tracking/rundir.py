@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from wildtrace.core import views
-from wildtrace.core.records import OUT_OF_CONTEXT
+from wildtrace.core.records import AnswerRecord, AnswerStatus, RunStatus, TaskStatus
 from wildtrace.tracking import readable
 
 RUN_FILES = ("scores.json", "responses.json", "judgments.json", "run_stats.json", "config.json")
@@ -50,7 +50,7 @@ class RunDir:
     @property
     def status(self) -> str:
         """"finished" or "partial", as run_stats.json says (old runs: finished)."""
-        return str(self.stats.get("status") or "finished")
+        return str(self.stats.get("status") or RunStatus.FINISHED)
 
 
 def _load(path: Path, default: Any = None) -> Any:
@@ -301,8 +301,8 @@ def judgment_table(rd: RunDir) -> pd.DataFrame:
     } for j in rd.judgments])
 
 
-def task_status_of(answer: Mapping, score_row: Mapping | None) -> str:
-    """A task's status for its trace: scores.json's, else the answer's."""
+def task_status_of(answer: AnswerRecord, score_row: Mapping | None) -> TaskStatus | AnswerStatus:
+    """A task's status for its trace: scores.json's, else the answer's (stage=answer writes no scores)."""
     if score_row and score_row.get("status"):
-        return str(score_row["status"])
-    return OUT_OF_CONTEXT if answer.get("status") == OUT_OF_CONTEXT else str(answer.get("status"))
+        return TaskStatus(score_row["status"])
+    return answer.status

@@ -23,6 +23,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from wildtrace.core.records import RunStatus
 from wildtrace.tracking.parent import refresh_parent
 from wildtrace.tracking.store import client_for, default_artifact_location, get_or_create_experiment
 
@@ -69,7 +70,8 @@ def job_rows(sweep_dir: str | Path) -> list[dict]:
         scores = _read(job_dir / "scores.json") or {}
         marker = _read(job_dir / "mlflow.json") or {}
         done = (job_dir / "responses.json").exists()
-        status = (_read(job_dir / "run_stats.json") or {}).get("status", "finished") if done else "failed"
+        stats = (_read(job_dir / "run_stats.json") or {}) if done else {}
+        status = stats.get("status", RunStatus.FINISHED) if done else RunStatus.FAILED
         rows.append({"job": int(job_dir.name), "overrides": _job_overrides(job_dir), "status": status,
                      "overall": scores.get("overall"), "scored": scores.get("scored"),
                      "run_id": marker.get("run_id") if marker.get("status") in ("logged", "partial") else None})

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wildtrace.core.events import TaskDone
-from wildtrace.core.records import OUT_OF_CONTEXT
+from wildtrace.core.records import AnswerRecord, AnswerStatus, JudgmentRecord
 from wildtrace.tracking import readable
 from wildtrace.tracking.rundir import RunDir, task_status_of
 from wildtrace.tracking.store import open_store
@@ -58,27 +58,29 @@ def cap_text(text: Any) -> Any:
 
 
 def task_dones_of(rd: RunDir) -> list[TaskDone]:
-    """Every task of a run directory as the event the runtime emits when it finishes."""
-    by_task: dict[str, list[dict]] = {}
+    """Every task of a run directory as the event the runtime emits when it finishes (its rows read back)."""
+    by_task: dict[str, list[JudgmentRecord]] = {}
     for j in rd.judgments:
-        by_task.setdefault(j["question_id"], []).append(j)
+        by_task.setdefault(j["question_id"], []).append(JudgmentRecord.from_row(j))
     scores = {t["question_id"]: t for t in (rd.scores or {}).get("tasks", [])}
     dones = []
     for r in rd.responses:
-        s = scores.get(r["question_id"], {})
+        answer = AnswerRecord.from_row(r)
+        s = scores.get(answer.question_id, {})
         meta = {k: s[k] for k in ("paradigm", "context_tier") if s.get(k) is not None}
-        dones.append(TaskDone(question_id=r["question_id"], answer=r, judgments=by_task.get(r["question_id"], []),
-                              status=task_status_of(r, s), score=s.get("score"), meta=meta))
+        dones.append(TaskDone(question_id=answer.question_id, answer=answer,
+                              judgments=by_task.get(answer.question_id, []), status=task_status_of(answer, s),
+                              score=s.get("score"), meta=meta))
     return dones
 
 
-def window(row: Mapping) -> tuple[int, int] | None:
+def window(call: AnswerRecord | JudgmentRecord) -> tuple[int, int] | None:
     """(start, end) in ns of a recorded call, from its started_at and latency_s."""
-    started = row.get("started_at")
+    started = call.started_at
     if not isinstance(started, (int, float)) or isinstance(started, bool):
         return None
     start = int(started * 1e9)
-    return start, start + int(float(row.get("latency_s") or 0.0) * 1e9)
+    return start, start + int(float(call.latency_s or 0.0) * 1e9)
 
 
 def token_usage(usage: Any) -> dict[str, int] | None:
@@ -92,27 +94,33 @@ def token_usage(usage: Any) -> dict[str, int] | None:
     return {"input_tokens": inp, "output_tokens": out, "total_tokens": inp + out}
 
 
-def call_attributes(row: Mapping, model: str | None) -> dict[str, Any]:
+def finish_reason_of(call: AnswerRecord | JudgmentRecord) -> str | None:
+    """The provider's stop reason: an answer keeps it, a judgment row never has (judgments.json has no such key)."""
+    return call.finish_reason if isinstance(call, AnswerRecord) else None
+
+
+def call_attributes(call: AnswerRecord | JudgmentRecord, model: str | None) -> dict[str, Any]:
     """What a call span says about itself: attempts, cache, served model, temperature, usage."""
-    attrs: dict[str, Any] = {"attempts": row.get("attempts"), "latency_s": readable.seconds(row.get("latency_s")),
-                             "finish_reason": str(row.get("finish_reason")),
-                             "wildtrace.cached": bool(row.get("cached")), MESSAGE_FORMAT: "openai"}
-    if row.get("cached"):
-        attrs["wildtrace.original_latency_s"] = readable.seconds(row.get("original_latency_s"))
-        attrs["wildtrace.original_cost_usd"] = readable.usd(row.get("original_cost_usd"))
-    attrs["wildtrace.cost_usd"] = readable.usd(row.get("cost_usd"))  # None (unknown) is left off, never written as 0
-    if row.get("batched"):  # sent through the provider's batch API (runtime/batch): its discount applies
+    p = call.provenance
+    attrs: dict[str, Any] = {"attempts": call.attempts, "latency_s": readable.seconds(call.latency_s),
+                             "finish_reason": str(finish_reason_of(call)),
+                             "wildtrace.cached": bool(p.cached), MESSAGE_FORMAT: "openai"}
+    if p.cached:
+        attrs["wildtrace.original_latency_s"] = readable.seconds(p.original_latency_s)
+        attrs["wildtrace.original_cost_usd"] = readable.usd(p.original_cost_usd)
+    attrs["wildtrace.cost_usd"] = readable.usd(p.cost_usd)  # None (unknown) is left off, never written as 0
+    if p.batched:  # sent through the provider's batch API (runtime/batch): its discount applies
         attrs["wildtrace.batched"] = True
-    if row.get("temperature_sent") is not None:
-        sent = row["temperature_sent"]  # True, False, or "ignored" (sent; the provider documents it ignores it)
+    if p.temperature_sent is not None:
+        sent = p.temperature_sent  # True, False, or "ignored" (sent; the provider documents it ignores it)
         attrs["wildtrace.temperature_sent"] = sent if isinstance(sent, str) else bool(sent)
     if model:
         attrs[MODEL_ATTR] = str(model)
-    usage = token_usage(row.get("usage"))
+    usage = token_usage(call.usage)
     if usage:
         attrs[CHAT_USAGE] = usage
-    if isinstance(row.get("usage"), Mapping) and row["usage"].get("reasoning_tokens") is not None:
-        attrs["wildtrace.reasoning_tokens"] = row["usage"]["reasoning_tokens"]
+    if isinstance(call.usage, Mapping) and call.usage.get("reasoning_tokens") is not None:
+        attrs["wildtrace.reasoning_tokens"] = call.usage["reasoning_tokens"]
     return {k: v for k, v in attrs.items() if v is not None}
 
 
@@ -204,20 +212,20 @@ def _spans(drafts: list[_Draft], otel_trace: int, trace_id: str, experiment_id: 
 def _answer_draft(done: TaskDone, target: TraceTarget, default: tuple[int, int]) -> _Draft:
     r = done.answer
     start, end = window(r) or default
-    return _Draft("answer", "CHAT_MODEL", start, end, chat_in(r.get("prompt_ref")),
-                  chat_out(r.get("response"), r.get("finish_reason"), reasoning=cap_text(r.get("reasoning")),
-                           status=r.get("status"), reason=r.get("reason"), error=r.get("error")),
-                  call_attributes(r, r.get("served_model") or target.model), parent=0)
+    return _Draft("answer", "CHAT_MODEL", start, end, chat_in(r.prompt_ref),
+                  chat_out(r.response, r.finish_reason, reasoning=cap_text(r.provenance.reasoning),
+                           status=r.status, reason=r.reason, error=r.error),
+                  call_attributes(r, r.provenance.served_model or target.model), parent=0)
 
 
-def _judge_draft(j: Mapping, target: TraceTarget, default: tuple[int, int]) -> _Draft:
+def _judge_draft(j: JudgmentRecord, target: TraceTarget, default: tuple[int, int]) -> _Draft:
     start, end = window(j) or default
-    attrs = call_attributes(j, j.get("served_model") or target.judge_routes.get(j["judge"]))
-    score = readable.fraction(j.get("score"))
-    attrs.update({"judge": j["judge"], "total": j.get("total"), "score": score, "status": j["status"]})
-    return _Draft(f"judge {j['judge']}", "CHAT_MODEL", start, end, chat_in(j.get("prompt")),
-                  chat_out(j.get("reply"), j.get("finish_reason"), total=j.get("total"), score=score,
-                           status=j["status"], reason=j.get("reason")),
+    attrs = call_attributes(j, j.provenance.served_model or target.judge_routes.get(j.judge))
+    score = readable.fraction(j.score)
+    attrs.update({"judge": j.judge, "total": j.total, "score": score, "status": j.status})
+    return _Draft(f"judge {j.judge}", "CHAT_MODEL", start, end, chat_in(j.prompt),
+                  chat_out(j.reply, finish_reason_of(j), total=j.total, score=score, status=j.status,
+                           reason=j.reason),
                   {k: v for k, v in attrs.items() if v is not None}, parent=0)
 
 
@@ -247,9 +255,9 @@ def root_output(done: TaskDone) -> str:
     column a person reads first holds what the model said (a status dict told them nothing).
     """
     r = done.answer
-    if isinstance(r.get("response"), str) and r["response"]:
-        return str(cap_text(r["response"]))
-    return f"{done.status}: {r.get('reason') or r.get('error') or 'no answer'}"
+    if isinstance(r.response, str) and r.response:
+        return str(cap_text(r.response))
+    return f"{done.status}: {r.reason or r.error or 'no answer'}"
 
 
 def build_trace(done: TaskDone, target: TraceTarget) -> Any:
@@ -258,23 +266,24 @@ def build_trace(done: TaskDone, target: TraceTarget) -> Any:
     from mlflow.tracing.utils import add_size_stats_to_trace_metadata
 
     r = done.answer
-    windows = [w for w in map(window, [r, *done.judgments]) if w]
+    calls: list[AnswerRecord | JudgmentRecord] = [r, *done.judgments]
+    windows = [w for w in map(window, calls) if w]
     start = min((w[0] for w in windows), default=time.time_ns())
     end = max((w[1] for w in windows), default=start)
     otel, trace_id = _ids(target.run_id, done.question_id)
-    inputs = {"question_id": done.question_id, "document": r.get("document"), "prompt": cap_text(r.get("prompt_ref"))}
+    inputs = {"question_id": done.question_id, "document": r.document, "prompt": cap_text(r.prompt_ref)}
     outputs = root_output(done)
     drafts = [_Draft(f"task {done.question_id}", "CHAIN", start, end, inputs, outputs,
                      {k: str(v) for k, v in done.meta.items()}),
-              _Draft("caps decision", "PARSER", start, start, {"doc_chars": (r.get("caps") or {}).get("doc_chars")},
-                     r.get("caps"), {}, parent=0)]
-    if r.get("status") != OUT_OF_CONTEXT and (r.get("attempts") or r.get("cached")):  # a call was made or served
+              _Draft("caps decision", "PARSER", start, start, {"doc_chars": (r.caps or {}).get("doc_chars")},
+                     r.caps, {}, parent=0)]
+    if r.status != AnswerStatus.OUT_OF_CONTEXT and (r.attempts or r.provenance.cached):  # a call was made or served
         drafts.append(_answer_draft(done, target, (start, end)))
     drafts.extend(_judge_draft(j, target, (start, end)) for j in done.judgments)
     spans = _spans(drafts, otel, trace_id, target.experiment_id)
     metadata = {**_env_metadata(), "mlflow.trace_schema.version": "3", "mlflow.sourceRun": target.run_id,
                 "mlflow.traceInputs": _preview(inputs), "mlflow.traceOutputs": _preview(outputs)}
-    usage = [u for u in (token_usage(x.get("usage")) for x in [r, *done.judgments]) if u]
+    usage = [u for u in (token_usage(x.usage) for x in calls) if u]
     if usage:
         metadata["mlflow.trace.tokenUsage"] = json.dumps(
             {k: sum(u[k] for u in usage) for k in ("input_tokens", "output_tokens", "total_tokens")})
@@ -283,7 +292,7 @@ def build_trace(done: TaskDone, target: TraceTarget) -> Any:
         request_time=start // 1_000_000, execution_duration=(end - start) // 1_000_000, state=TraceState.OK,
         trace_metadata=metadata,
         tags={"mlflow.traceName": f"task {done.question_id}", "question_id": done.question_id,
-              "status": done.status, "wildtrace.cached": str(bool(r.get("cached"))).lower()},
+              "status": str(done.status), "wildtrace.cached": str(bool(r.provenance.cached)).lower()},
         assessments=feedbacks(trace_id, done, target))
     trace = Trace(info=info, data=TraceData(spans=spans))
     add_size_stats_to_trace_metadata(trace)
@@ -295,10 +304,10 @@ def feedbacks(trace_id: str, done: TaskDone, target: TraceTarget) -> list:
     from mlflow.entities import AssessmentSource, Feedback
 
     return [Feedback(
-        name=f"judge/{j['judge']}", value=readable.fraction(j.get("score")), trace_id=trace_id,
-        source=AssessmentSource(source_type="LLM_JUDGE", source_id=target.judge_routes.get(j["judge"], j["judge"])),
-        rationale=j.get("reason") or cap_text(j.get("reply")),
-        metadata={"total": str(j.get("total")), "status": j["status"]}) for j in done.judgments]
+        name=f"judge/{j.judge}", value=readable.fraction(j.score), trace_id=trace_id,
+        source=AssessmentSource(source_type="LLM_JUDGE", source_id=target.judge_routes.get(j.judge, j.judge)),
+        rationale=j.reason or cap_text(j.reply),
+        metadata={"total": str(j.total), "status": str(j.status)}) for j in done.judgments]
 
 
 def tracing_client(tracking_uri: str) -> Any:

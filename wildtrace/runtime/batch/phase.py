@@ -19,9 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from wildtrace.core import records as R
 from wildtrace.core.prompts import judge_prompt
-from wildtrace.core.records import CallResult
+from wildtrace.core.records import AnswerStatus, CallResult
 from wildtrace.core.tasks import Task
 from wildtrace.runtime.batch.anthropic import AnthropicBatch
 from wildtrace.runtime.batch.base import LINE_OVERHEAD, BatchAPI, Control
@@ -127,7 +126,7 @@ async def _answers(plan: Any, prepare: Callable[[Task], Any], stop: asyncio.Even
     """Every task's answer text (answered tasks only), sent in batch when the model is batched."""
     if plan.given_answers is not None:
         return {qid: row["response"] for qid, row in plan.given_answers.items()
-                if row.get("status") == R.ANSWERED and isinstance(row.get("response"), str)}
+                if row.get("status") == AnswerStatus.ANSWERED and isinstance(row.get("response"), str)}
     model: Endpoint = plan.model
     keys: dict[str, str] = {}
     wants: dict[str, Want] = {}

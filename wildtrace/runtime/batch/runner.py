@@ -28,8 +28,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from wildtrace.core import records as R
-from wildtrace.core.records import CallResult, Usage
+from wildtrace.core.records import CallResult, FailReason, Usage
 from wildtrace.runtime.batch.base import (
     LINE_OVERHEAD,
     BatchAPI,
@@ -92,7 +91,7 @@ class Runner:
             self._exhaust(fresh)
             fresh = [key for key in fresh if key in self.wants]
             if self.endpoint.quota_error is not None:
-                self._fail_all(fresh, R.QUOTA, f"not sent: an earlier call was refused for quota "
+                self._fail_all(fresh, FailReason.QUOTA_EXHAUSTED, f"not sent: an earlier call was refused for quota "
                                f"({self.endpoint.quota_error})")
                 fresh = []
             for chunk in self._chunks(fresh):
@@ -129,7 +128,7 @@ class Runner:
         for key in keys:
             if self.attempts[key] >= limit:
                 status, payload, error = self.last_error.get(key, (None, None, "no result"))
-                self._resolve(key, self._failure(key, R.RETRIES_EXHAUSTED, error, status, payload))
+                self._resolve(key, self._failure(key, FailReason.RETRIES_EXHAUSTED, error, status, payload))
 
     def _chunks(self, keys: list[str]) -> list[list[str]]:
         """Keys split so no batch exceeds the provider's request or byte limit."""
@@ -159,7 +158,7 @@ class Runner:
         except BatchError as exc:
             log.warning("%s: creating a %s batch of %d requests failed: %s", self.label, self.api.provider,
                         len(keys), exc)
-            reason = R.QUOTA if exc.verdict == QUOTA else R.HTTP_ERROR
+            reason = FailReason.QUOTA_EXHAUSTED if exc.verdict == QUOTA else FailReason.HTTP_ERROR
             if exc.verdict == QUOTA:
                 self.endpoint.quota_error = str(exc)
             for key in keys:
@@ -261,7 +260,7 @@ class Runner:
         verdict = classify(status, {}, line.payload)
         if verdict == QUOTA:
             self.endpoint.quota_error = error
-            self._resolve(key, self._failure(key, R.QUOTA, error, status, line.payload, record))
+            self._resolve(key, self._failure(key, FailReason.QUOTA_EXHAUSTED, error, status, line.payload, record))
         elif verdict == FAIL:
             reason = Endpoint.failure_reason(Attempt(status=status, payload=line.payload))
             self._resolve(key, self._failure(key, reason, error, status, line.payload, record))
