@@ -24,6 +24,7 @@ only place that retries, times out, bounds and caches:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import logging
@@ -237,6 +238,19 @@ def proxy_for(base_url: str) -> str | None:
 
 
 @functools.cache
+def _load_network_stack() -> None:
+    """Import what httpcore imports at its first request (anyio's asyncio backend and streams, 30
+    modules) before the run: measured through the CLI, that import ran on the event loop inside
+    the first wave of calls, and every call of the wave waited for it. Private names: should they
+    move, the import simply happens at the first request again."""
+    with contextlib.suppress(ImportError, AttributeError):
+        import httpcore._backends.anyio  # noqa: F401 - anyio's streams, sockets and TLS wrapper
+        from anyio._core._eventloop import get_async_backend
+
+        get_async_backend("asyncio")  # what anyio would import on the loop at the first Event
+
+
+@functools.cache
 def _ssl_context() -> ssl.SSLContext:
     """One verified TLS context per process: loading the CA bundle costs ~20 ms each time."""
     return httpx.create_ssl_context()
@@ -335,6 +349,7 @@ class Endpoint:
 
     @staticmethod
     def _transport(proxy: str | None) -> httpx.AsyncBaseTransport:
+        _load_network_stack()
         return httpx.AsyncHTTPTransport(verify=_ssl_context(), retries=0, proxy=proxy, socket_options=KEEPALIVE,
                                         limits=httpx.Limits(max_connections=1, max_keepalive_connections=1))
 
