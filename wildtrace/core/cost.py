@@ -112,12 +112,6 @@ def exact_cost(price: Price | None, usage: Billable | None, batched: bool = Fals
     return total
 
 
-def worst_case_usd(price: Price, input_tokens: int, max_output_tokens: int, batched: bool = False) -> float | None:
-    """The most a call of at most ``input_tokens`` in and ``max_output_tokens`` out can cost (no cache reads)."""
-    exact = exact_cost(price, Billable(input_tokens, 0, max_output_tokens), batched)
-    return None if exact is None else float(exact)
-
-
 def total_usd(costs: list[float | None]) -> float | None:
     """The sum of known costs, None when any is unknown (a partial sum would read as the bill)."""
     if any(c is None for c in costs):
