@@ -60,10 +60,6 @@ CHILD_NICENESS = 10
 #: offline by default does not send MLflow's usage telemetry.
 QUIET_ENV = {"MLFLOW_DISABLE_TELEMETRY": "true"}
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
-#: Kept out of the logging process: pandas (which MLflow imports, and the run's tables use) loads
-#: pyarrow whenever it is installed, and nothing here reads or writes Arrow data. Measured on the
-#: full-size cached rerun: this process's peak RSS 307 -> 235 MB, the tables' JSON byte-identical.
-UNUSED_MODULES = ("pyarrow",)
 
 
 class _Shared:
@@ -305,13 +301,6 @@ def child_main(in_fd: int, out_fd: int) -> int:
     return 0
 
 
-def _keep_out_unused() -> None:
-    """``import pyarrow`` in this process raises ImportError, as when it is not installed (pandas and
-    MLflow then go without it). Only the child's own interpreter: the run's process is left as it is."""
-    for name in UNUSED_MODULES:
-        sys.modules.setdefault(name, None)  # type: ignore[arg-type]  # None: the import system's "not here"
-
-
 def _exit_now(code: int) -> None:
     """End without the interpreter's teardown (0.5 s of MLflow's threads and modules, measured):
     every MLflow call above was synchronous, so nothing is left to flush but the std streams."""
@@ -322,5 +311,4 @@ def _exit_now(code: int) -> None:
 
 
 if __name__ == "__main__":
-    _keep_out_unused()
     _exit_now(child_main(int(sys.argv[1]), int(sys.argv[2])))
