@@ -653,12 +653,9 @@ class Endpoint:
 
     def _outdated(self, wire: WireRequest) -> bool:
         """Prepared before the endpoint learned a rule that changes it (it must not be sent as it is)."""
-        if self.temperature_dropped and self._has_temperature(wire):
-            return True
-        if self.budget_lowered is None:
-            return False
-        budget = self.provider.budget(wire)
-        return budget is not None and budget > self.budget_lowered
+        if not self.temperature_dropped and self.budget_lowered is None:
+            return False  # nothing learned: the common case, decided without touching the body
+        return self._as_learned(wire).body != wire.body
 
     def _learn(self, step: Resend, attempt: Attempt, asked: int | None) -> None:
         """Remember what the rejection taught, for every later request; warn once for each rule."""
