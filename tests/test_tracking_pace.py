@@ -21,6 +21,7 @@ from wildtrace.core.events import RunEnd
 from wildtrace.core.records import JudgmentRecord
 from wildtrace.files import write_json
 from wildtrace.tracking.mlflow_logger import log_run_dir
+from wildtrace.tracking import traces as traces_module
 from wildtrace.tracking.traces import BATCH
 
 pytestmark = pytest.mark.slow
@@ -44,7 +45,7 @@ def paper_panel_run(tmp, name: str, n: int):
 
 
 class TraceWrites:
-    """Counts, by phase, what MLflow's trace client stores: trace infos (``start_trace``), span
+    """Counts, by phase, what MLflow's trace client stores: trace infos (``start_traces``), span
     batches (``log_spans``) and the traces those batches complete (their root spans)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -54,12 +55,12 @@ class TraceWrites:
         self.completed: dict[str, int] = {}  # traces whose spans are stored
         self._lock = threading.Lock()
         self._reached = threading.Condition(self._lock)
-        start_trace, log_spans = TracingClient.start_trace, TracingClient.log_spans
+        start_traces, log_spans = traces_module.start_traces, TracingClient.log_spans
 
-        def counted_start(client, trace_info, *args, **kwargs):
-            result = start_trace(client, trace_info, *args, **kwargs)
-            self._count(self.traces)
-            return result
+        def counted_start(client, infos, *args, **kwargs):
+            failed = start_traces(client, infos, *args, **kwargs)
+            self._count(self.traces, len(infos) - len(failed))
+            return failed
 
         def counted_spans(client, location, spans, *args, **kwargs):
             result = log_spans(client, location, spans, *args, **kwargs)
@@ -67,7 +68,7 @@ class TraceWrites:
             self._count(self.completed, sum(1 for span in spans if span.parent_id is None))
             return result
 
-        monkeypatch.setattr(TracingClient, "start_trace", counted_start)
+        monkeypatch.setattr(traces_module, "start_traces", counted_start)
         monkeypatch.setattr(TracingClient, "log_spans", counted_spans)
 
     def _count(self, counts: dict[str, int], by: int = 1) -> None:

@@ -37,6 +37,7 @@ from wildtrace.core.records import AnswerRecord, AnswerStatus, JudgmentRecord
 from wildtrace.tracking import readable
 from wildtrace.tracking.rundir import RunDir, task_status_of
 from wildtrace.tracking.store import open_store
+from wildtrace.tracking.trace_batch import start_traces
 
 log = logging.getLogger("wildtrace.tracking")
 
@@ -320,7 +321,8 @@ def tracing_client(tracking_uri: str) -> Any:
 
 def write_traces(client: Any, experiment_id: str, traces: list,
                  spans_only: Set[str] = frozenset()) -> tuple[list[str], list[tuple[str, Exception]]]:
-    """Store a batch of traces: each trace's info (with its feedback), then all their spans at once.
+    """Store a batch of traces: their infos (with their feedback; one transaction on a SQL store,
+    ``trace_batch``), then all their spans at once.
 
     Info first: spans arriving before their trace make MLflow's store create a bare trace and
     then merge the real one into it, about four times the work (this is what MLflow's own
@@ -328,15 +330,11 @@ def write_traces(client: Any, experiment_id: str, traces: list,
     Returns the ids stored and, for each trace whose info could not be stored (left out of the
     spans too), its task and the error. A failure of the spans' transaction raises.
     """
-    stored, failed = [], []
-    for trace in traces:
-        if trace.info.trace_id not in spans_only:
-            try:
-                client.start_trace(trace.info)
-            except Exception as exc:  # noqa: BLE001 - the rest of the batch still goes
-                failed.append((str(trace.info.tags.get("question_id")), exc))
-                continue
-        stored.append(trace)
+    refused = {info.trace_id: exc for info, exc in
+               start_traces(client, [t.info for t in traces if t.info.trace_id not in spans_only])}
+    failed = [(str(t.info.tags.get("question_id")), refused[t.info.trace_id]) for t in traces
+              if t.info.trace_id in refused]
+    stored = [t for t in traces if t.info.trace_id not in refused]
     if stored:
         log_spans(client, experiment_id, [span for trace in stored for span in trace.data.spans])
     return [trace.info.trace_id for trace in stored], failed
