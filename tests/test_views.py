@@ -1,9 +1,11 @@
 """Panel reduction and both denominator views against hand-computed numbers."""
 
+import random
+
 import pandas as pd
 import pytest
 
-from wildtrace.core import views
+from wildtrace.core import frames, views
 from wildtrace.core.records import AnswerStatus
 
 ANSWERED, FAILED, MISSING = AnswerStatus.ANSWERED, AnswerStatus.FAILED, AnswerStatus.MISSING
@@ -11,7 +13,7 @@ OUT_OF_CONTEXT = AnswerStatus.OUT_OF_CONTEXT
 
 # Five tasks: t1 three judges, t2 one judge unavailable, t3 all judges unavailable,
 # t4 out of context, t5 failed answer.
-JUDGMENTS = views.judgments_frame(
+JUDGMENTS = frames.judgments_frame(
     [
         {"question_id": "t1", "judge": "a", "status": "scored", "score": 0.9},
         {"question_id": "t1", "judge": "b", "status": "scored", "score": 0.6},
@@ -28,7 +30,7 @@ STATUS = {"t1": ANSWERED, "t2": ANSWERED, "t3": ANSWERED, "t4": OUT_OF_CONTEXT, 
 
 
 def test_task_scores():
-    tasks = views.task_scores(STATUS, JUDGMENTS).set_index("question_id")
+    tasks = frames.task_scores(STATUS, JUDGMENTS).set_index("question_id")
     assert tasks.loc["t1", "score"] == pytest.approx(0.6)  # (0.9 + 0.6 + 0.3) / 3
     assert tasks.loc["t2", "score"] == pytest.approx(0.75)  # (1.0 + 0.5) / 2: the unavailable judge is not a 0
     assert list(tasks["status"]) == ["scored", "scored", "unscored", OUT_OF_CONTEXT, FAILED]
@@ -36,16 +38,16 @@ def test_task_scores():
 
 
 def test_views_hand_computed():
-    tasks = views.task_scores(STATUS, JUDGMENTS)
-    scored, n = views.scored_view(tasks)
+    tasks = frames.task_scores(STATUS, JUDGMENTS)
+    scored, n = frames.scored_view(tasks)
     assert (scored, n) == (pytest.approx((0.6 + 0.75) / 2), 2)
-    assert views.all_view(tasks) == pytest.approx((0.6 + 0.75) / 5)
+    assert frames.all_view(tasks) == pytest.approx((0.6 + 0.75) / 5)
     # The release's 481 denominator zero-fills tasks absent from the frame.
-    assert views.all_view(tasks, n_total=481) == pytest.approx(1.35 / 481)
+    assert frames.all_view(tasks, n_total=481) == pytest.approx(1.35 / 481)
 
 
 def test_summarize_counts_and_judges():
-    summary = views.summarize(views.task_scores(STATUS, JUDGMENTS), JUDGMENTS)
+    summary = frames.summarize(frames.task_scores(STATUS, JUDGMENTS), JUDGMENTS)
     assert summary["overall"] == pytest.approx(27.0)
     assert summary["scored"] == pytest.approx(67.5)
     counts = ("n_total", "n_scored", "n_out_of_context", "n_failed", "n_unscored", "n_missing")
@@ -58,25 +60,25 @@ def test_summarize_counts_and_judges():
 
 
 def test_missing_rows_are_zero_filled():
-    tasks = views.task_scores({"t1": ANSWERED, "t9": MISSING}, JUDGMENTS)
-    summary = views.summarize(tasks, JUDGMENTS)
+    tasks = frames.task_scores({"t1": ANSWERED, "t9": MISSING}, JUDGMENTS)
+    summary = frames.summarize(tasks, JUDGMENTS)
     assert summary["n_missing"] == 1
     assert summary["overall"] == pytest.approx(30.0)
     assert summary["scored"] == pytest.approx(60.0)
 
 
 def test_no_scored_task_gives_none_not_zero():
-    tasks = views.task_scores({"t4": OUT_OF_CONTEXT}, views.judgments_frame([]))
-    assert views.scored_view(tasks) == (None, 0)
-    assert views.all_view(tasks) == 0.0
-    assert views.summarize(tasks, views.judgments_frame([]))["scored"] is None
+    tasks = frames.task_scores({"t4": OUT_OF_CONTEXT}, frames.judgments_frame([]))
+    assert frames.scored_view(tasks) == (None, 0)
+    assert frames.all_view(tasks) == 0.0
+    assert frames.summarize(tasks, frames.judgments_frame([]))["scored"] is None
 
 
 def test_breakdown_per_paradigm():
-    tasks = views.task_scores(STATUS, JUDGMENTS)
+    tasks = frames.task_scores(STATUS, JUDGMENTS)
     meta = pd.DataFrame({"question_id": list(STATUS),
                          "paradigm": ["causal", "causal", "temporal", "temporal", "causal"]})
-    table = views.breakdown(tasks, meta, "paradigm").set_index("paradigm")
+    table = frames.breakdown(tasks, meta, "paradigm").set_index("paradigm")
     assert table.loc["causal", "all"] == pytest.approx((0.6 + 0.75) / 3)
     assert table.loc["causal", "scored"] == pytest.approx(0.675)
     assert table.loc["temporal", "all"] == 0.0
@@ -90,20 +92,20 @@ def test_matched_panel_uses_only_tasks_every_model_scored():
                              for q, s in scores.items()])
 
     runs = {"long": frame({"q1": 0.8, "q2": 0.6, "q3": 0.4}), "short": frame({"q1": 0.2, "q2": None, "q3": 0.6})}
-    table = views.matched_panel(runs).set_index("model")
+    table = frames.matched_panel(runs).set_index("model")
     assert table.loc["long", "matched"] == pytest.approx(0.6)  # q1, q3
     assert table.loc["short", "matched"] == pytest.approx(0.4)
     assert set(table["n"]) == {2}
-    assert views.matched_panel({}).empty
+    assert frames.matched_panel({}).empty
 
 
 def test_agreement_hand_computed():
-    pairs = views.agreement(JUDGMENTS)
+    pairs = frames.agreement(JUDGMENTS)
     # Tasks both scored: a~b → t1 only; a~c → t1, t2; b~c → t1.
     assert pairs["a~b"] == {"mad": pytest.approx(0.3), "corr": None, "n": 1}
     assert pairs["a~c"]["mad"] == pytest.approx((0.6 + 0.5) / 2) and pairs["a~c"]["n"] == 2
     assert pairs["a~c"]["corr"] == pytest.approx(1.0)  # (0.9, 0.3) and (1.0, 0.5) move together
-    assert views.agreement(views.judgments_frame([])) == {}
+    assert frames.agreement(frames.judgments_frame([])) == {}
 
 
 def test_token_totals():
@@ -113,3 +115,27 @@ def test_token_totals():
     assert views.token_totals(rows, "judge") == {"a": {"prompt": 15, "completion": 2, "reasoning": 0},
                                                  "b": {"prompt": 0, "completion": 0, "reasoning": 0}}
     assert views.token_totals(rows)["all"]["prompt"] == 15
+
+
+@pytest.mark.parametrize("n", [*range(0, 140), 255, 256, 257, 481, 1000, 1443, 4097, 9000])
+def test_means_and_sums_are_pandas_own_bit_for_bit(n):
+    # Scores as judges give them (k/40, tenths) and arbitrary floats, where summation order shows.
+    rng = random.Random(n)
+    values = [rng.choice([rng.random(), rng.randint(0, 40) / 40, rng.randint(0, 10) / 10]) for _ in range(n)]
+    series = pd.Series(values, dtype=float)
+    assert views.fsum_like_numpy(values) == float(series.sum())
+    assert views.mean(values) == (float(series.mean()) if n else None)
+
+
+def test_the_views_of_rows_and_of_frames_agree():
+    rows = [{"question_id": f"t{i}", "judge": j, "status": "scored" if (i + k) % 7 else "unavailable",
+             "score": ((i * 7 + k * 3) % 41) / 40 if (i + k) % 7 else None}
+            for i in range(300) for k, j in enumerate("abc")]
+    status = {f"t{i}": ANSWERED if i % 5 else OUT_OF_CONTEXT for i in range(300)}
+    tasks = views.task_rows(status, rows)
+    frame = frames.task_scores(status, frames.judgments_frame(rows))
+    assert views.summarize(tasks, rows) == frames.summarize(frame, frames.judgments_frame(rows))
+    # The headline is pandas' own arithmetic over the same columns.
+    scored = frame.loc[frame["status"] == "scored", "score"].astype(float)
+    assert views.scored_view(tasks) == (float(scored.mean()), len(scored))
+    assert views.all_view(tasks) == float(frame["score"].astype(float).fillna(0.0).sum()) / len(frame)

@@ -1,40 +1,89 @@
-"""Panel reduction and the two denominator views (spec §5), as DataFrame functions.
+"""Panel reduction and the two denominator views (spec §5), over plain rows.
 
-Long format in, small frames and dicts out. Column names are defined once here.
+Rows in (mappings with question_id, judge, status, score), small lists and dicts out;
+column names are defined once here. No pandas: the run's own process computes its
+headline with these and never imports it (about 90 MB of its peak memory at full scale).
+``core.frames`` holds the same views as DataFrame functions for the report and the
+MLflow metrics, computed by these.
+
+Means are summed as numpy (and so pandas) sums a float column, bit for bit (``mean``), so
+a headline is the number earlier releases wrote and the report recomputes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
-import pandas as pd
-
-from wildtrace.core.records import AnswerStatus, JudgmentRecord, JudgmentStatus, TaskStatus
 from wildtrace.core.judging import panel_mean
+from wildtrace.core.records import AnswerStatus, JudgmentRecord, JudgmentStatus, TaskStatus
 
 # Column names, defined once.
 QID, JUDGE, STATUS, SCORE, TOTAL, REASON = "question_id", "judge", "status", "score", "total", "reason"
 PARADIGM, TIER = "paradigm", "context_tier"
+#: numpy's pairwise summation: blocks up to this size are summed with eight accumulators.
+_PAIRWISE_BLOCK = 128
 
 
-def judgments_frame(rows: Iterable[Mapping]) -> pd.DataFrame:
-    """One row per (task, judge) call, with at least question_id, judge, status, score."""
-    frame = pd.DataFrame(list(rows), columns=None)
-    if frame.empty:
-        frame = pd.DataFrame(columns=[QID, JUDGE, STATUS, SCORE, TOTAL, REASON])
-    return frame
+def _pairwise_sum(values: Sequence[float], lo: int, n: int) -> float:
+    """numpy's pairwise sum of ``values[lo:lo + n]`` (umath's pairwise_sum: the same additions, in the same order)."""
+    if n < 8:
+        total = 0.0
+        for i in range(lo, lo + n):
+            total += values[i]
+        return total
+    if n <= _PAIRWISE_BLOCK:
+        r = list(values[lo:lo + 8])
+        i = 8
+        while i < n - n % 8:
+            for j in range(8):
+                r[j] += values[lo + i + j]
+            i += 8
+        total = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+        for k in range(i, n):
+            total += values[lo + k]
+        return total
+    half = n // 2
+    half -= half % 8
+    return _pairwise_sum(values, lo, half) + _pairwise_sum(values, lo + half, n - half)
 
 
-def task_scores(answer_status: Mapping[str, str | None], judgments: pd.DataFrame) -> pd.DataFrame:
-    """Per task: status and score (the mean of the available judges).
+def fsum_like_numpy(values: Iterable[float]) -> float:
+    """The sum numpy (and pandas' ``Series.sum``) gives for these floats, in this order."""
+    floats = [float(v) for v in values]
+    return _pairwise_sum(floats, 0, len(floats)) if floats else 0.0
+
+
+def mean(values: Iterable[float]) -> float | None:
+    """Their mean as pandas' ``Series.mean`` gives it (None for no values)."""
+    floats = [float(v) for v in values]
+    return _pairwise_sum(floats, 0, len(floats)) / len(floats) if floats else None
+
+
+def _score(row: Mapping[str, Any]) -> float | None:
+    """A row's score as a float, None when it has none (None or NaN)."""
+    value = row.get(SCORE)
+    if value is None:
+        return None
+    value = float(value)
+    return None if value != value else value
+
+
+def task_rows(answer_status: Mapping[str, str | None], judgments: Iterable[Mapping[str, Any]]) -> list[dict]:
+    """Per task: question_id, status and score (the mean of the available judges).
 
     ``answer_status`` maps every task of the run to its answer status (answered, failed,
     out_of_context_scope, missing). Answered tasks with no available judge are
     ``unscored``; only ``scored`` tasks carry a score.
     """
-    available = judgments[judgments[STATUS] == JudgmentStatus.SCORED] if len(judgments) else judgments
-    by_task = {qid: list(group[SCORE].astype(float)) for qid, group in available.groupby(QID)} if len(available) else {}
-    held = set(judgments.loc[judgments[STATUS] == JudgmentStatus.BUDGET_EXHAUSTED, QID]) if len(judgments) else set()
+    by_task: dict[str, list[float]] = {}
+    held: set[str] = set()
+    for j in judgments:
+        if j.get(STATUS) == JudgmentStatus.SCORED:
+            by_task.setdefault(j[QID], []).append(float(j[SCORE]))
+        elif j.get(STATUS) == JudgmentStatus.BUDGET_EXHAUSTED:
+            held.add(j[QID])
     rows = []
     for qid, status in answer_status.items():
         score = panel_mean(by_task.get(qid, [])) if status == AnswerStatus.ANSWERED else None
@@ -43,11 +92,11 @@ def task_scores(answer_status: Mapping[str, str | None], judgments: pd.DataFrame
         elif status == AnswerStatus.ANSWERED:
             status = TaskStatus.UNSCORED if score is None else TaskStatus.SCORED
         rows.append({QID: qid, STATUS: status, SCORE: score})
-    return pd.DataFrame(rows, columns=[QID, STATUS, SCORE])
+    return rows
 
 
 def task_outcome(answer_status: str, judgments: Iterable[JudgmentRecord]) -> tuple[TaskStatus, float | None]:
-    """One task's status and score from its answer status and judgment records (as task_scores does)."""
+    """One task's status and score from its answer status and judgment records (as task_rows does)."""
     if answer_status != AnswerStatus.ANSWERED:
         return TaskStatus(answer_status), None
     judgments = list(judgments)
@@ -57,13 +106,13 @@ def task_outcome(answer_status: str, judgments: Iterable[JudgmentRecord]) -> tup
     return (TaskStatus.UNSCORED, None) if score is None else (TaskStatus.SCORED, score)
 
 
-def scored_view(tasks: pd.DataFrame) -> tuple[float | None, int]:
+def scored_view(tasks: Iterable[Mapping[str, Any]]) -> tuple[float | None, int]:
     """Scored: mean over valid scored responses, and their number n."""
-    scored = tasks.loc[tasks[STATUS] == TaskStatus.SCORED, SCORE].astype(float)
-    return (float(scored.mean()) if len(scored) else None), len(scored)
+    scored = [float(t[SCORE]) for t in tasks if t.get(STATUS) == TaskStatus.SCORED]
+    return mean(scored), len(scored)
 
 
-def all_view(tasks: pd.DataFrame, n_total: int | None = None) -> float | None:
+def all_view(tasks: Sequence[Mapping[str, Any]], n_total: int | None = None) -> float | None:
     """All (All481 on the full release): every attempted task is the denominator.
 
     Missing, failed, unscored and out-of-context rows count as 0, and so do budget_exhausted
@@ -73,21 +122,24 @@ def all_view(tasks: pd.DataFrame, n_total: int | None = None) -> float | None:
     denominator = len(tasks) if n_total is None else n_total
     if denominator == 0:
         return None
-    return float(tasks[SCORE].astype(float).fillna(0.0).sum()) / denominator
+    return fsum_like_numpy(_score(t) or 0.0 for t in tasks) / denominator
 
 
-def judge_means(judgments: pd.DataFrame) -> dict[str, dict]:
+def judge_means(judgments: Iterable[Mapping[str, Any]]) -> dict[str, dict]:
     """Per judge: mean score over its available judgments, n, and the unavailable rate."""
+    by_judge: dict[str, list[Mapping[str, Any]]] = {}
+    for j in judgments:
+        if j.get(JUDGE) is None:
+            continue
+        group = by_judge.setdefault(str(j[JUDGE]), [])
+        if j.get(STATUS) != JudgmentStatus.BUDGET_EXHAUSTED:  # never sent: not the judge's failure
+            group.append(j)
     out: dict[str, dict] = {}
-    for judge, group in judgments.groupby(JUDGE, sort=True):
-        group = group[group[STATUS] != JudgmentStatus.BUDGET_EXHAUSTED]  # never sent: not the judge's failure
-        ok = group[group[STATUS] == JudgmentStatus.SCORED]
-        out[str(judge)] = {
-            "mean": float(ok[SCORE].astype(float).mean()) if len(ok) else None,
-            "n": len(ok),
-            "n_unavailable": int(len(group) - len(ok)),
-            "unavailable_rate": float((len(group) - len(ok)) / len(group)) if len(group) else None,
-        }
+    for judge in sorted(by_judge):
+        group = by_judge[judge]
+        ok = [float(j[SCORE]) for j in group if j.get(STATUS) == JudgmentStatus.SCORED]
+        out[judge] = {"mean": mean(ok), "n": len(ok), "n_unavailable": len(group) - len(ok),
+                      "unavailable_rate": (len(group) - len(ok)) / len(group) if group else None}
     return out
 
 
@@ -96,77 +148,24 @@ def percent(value: float | None) -> float | None:
     return None if value is None else round(100.0 * value, 4)
 
 
-def summarize(tasks: pd.DataFrame, judgments: pd.DataFrame, n_total: int | None = None) -> dict:
+def summarize(tasks: Sequence[Mapping[str, Any]], judgments: Iterable[Mapping[str, Any]],
+              n_total: int | None = None) -> dict:
     """The headline block of scores.json: both views and the counts."""
     scored, n_scored = scored_view(tasks)
     overall = all_view(tasks, n_total)
-    counts = tasks[STATUS].value_counts()
+    counts = Counter(t.get(STATUS) for t in tasks)
     return {
         "overall": percent(overall),
         "scored": percent(scored),
         "n_total": int(n_total if n_total is not None else len(tasks)),
         "n_scored": n_scored,
-        "n_out_of_context": int(counts.get(TaskStatus.OUT_OF_CONTEXT, 0)),
-        "n_failed": int(counts.get(TaskStatus.FAILED, 0)),
-        "n_unscored": int(counts.get(TaskStatus.UNSCORED, 0)),
-        "n_missing": int(counts.get(TaskStatus.MISSING, 0)),
-        "n_budget_exhausted": int(counts.get(TaskStatus.BUDGET_EXHAUSTED, 0)),
+        "n_out_of_context": counts[TaskStatus.OUT_OF_CONTEXT],
+        "n_failed": counts[TaskStatus.FAILED],
+        "n_unscored": counts[TaskStatus.UNSCORED],
+        "n_missing": counts[TaskStatus.MISSING],
+        "n_budget_exhausted": counts[TaskStatus.BUDGET_EXHAUSTED],
         "judges": judge_means(judgments),
     }
-
-
-def breakdown(tasks: pd.DataFrame, meta: pd.DataFrame, by: str) -> pd.DataFrame:
-    """Both views per value of a task attribute (paradigm, context_tier)."""
-    merged = tasks.merge(meta[[QID, by]], on=QID, how="left")
-    rows = []
-    for value, group in merged.groupby(by, dropna=False, sort=True):
-        scored, n_scored = scored_view(group)
-        rows.append({by: value, "all": all_view(group), "scored": scored, "n": len(group), "n_scored": n_scored})
-    return pd.DataFrame(rows, columns=[by, "all", "scored", "n", "n_scored"])
-
-
-def matched_panel(runs: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
-    """Robustness check (spec §5): each model's mean over the tasks *every* model scored.
-
-    ``runs`` maps a model label to its task_scores frame. Not the headline denominator:
-    it drops exactly the long-context access failures the All view is meant to count.
-    """
-    if not runs:
-        return pd.DataFrame(columns=["model", "matched", "n"])
-    scored_sets = [set(f.loc[f[STATUS] == TaskStatus.SCORED, QID]) for f in runs.values()]
-    common = set.intersection(*scored_sets)
-    rows = []
-    for label, frame in runs.items():
-        subset = frame[frame[QID].isin(common)]
-        rows.append({"model": label, "matched": float(subset[SCORE].astype(float).mean()) if len(subset) else None,
-                     "n": len(subset)})
-    return pd.DataFrame(rows, columns=["model", "matched", "n"])
-
-
-def agreement(judgments: pd.DataFrame) -> dict[str, dict]:
-    """Pairwise judge agreement over tasks both judges scored: mean |a − b|, Pearson r, n.
-
-    Keyed ``"a~b"`` (sorted). r is None with fewer than two shared tasks or no variance.
-    """
-    scored = judgments[judgments[STATUS] == JudgmentStatus.SCORED] if len(judgments) else judgments
-    if not len(scored):
-        return {}
-    table = scored.pivot_table(index=QID, columns=JUDGE, values=SCORE, aggfunc="mean")
-    judges = sorted(map(str, judgments[JUDGE].unique()))
-    out: dict[str, dict] = {}
-    for i, a in enumerate(judges):
-        for b in judges[i + 1:]:
-            if a not in table or b not in table:
-                out[f"{a}~{b}"] = {"mad": None, "corr": None, "n": 0}
-                continue
-            both = table[[a, b]].dropna()
-            corr = None
-            # A column of equal floats has a std of ~1e-17, not 0: test the range instead.
-            if len(both) >= 2 and both[a].max() > both[a].min() and both[b].max() > both[b].min():
-                corr = float(both[a].corr(both[b]))
-            out[f"{a}~{b}"] = {"mad": float((both[a] - both[b]).abs().mean()) if len(both) else None,
-                               "corr": corr, "n": len(both)}
-    return out
 
 
 def token_totals(rows: Iterable[Mapping], by: str | None = None) -> dict[str, dict[str, int]]:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from wildtrace.core import views
+from wildtrace.core import frames, views
 from wildtrace.core.records import AnswerStatus, JudgmentStatus, TaskStatus
 from wildtrace.report import noise, stats
 from wildtrace.report.stats import DEFAULT_BOOTSTRAP, Bootstrap
@@ -43,7 +43,7 @@ class RunData:
     #: judgments.json slimmed (sources.slim_judgments): question_id, judge, status, points per rubric item
     judgments: list[dict] | None = None
     rubrics: dict[str, list[str]] = field(default_factory=dict)  #: question_id → rubric criteria, when read
-    #: tasks_of's result, kept: every table needs it and core.views.task_scores is not cheap
+    #: tasks_of's result, kept: every table needs it and core.frames.task_scores is not cheap
     tasks_cache: pd.DataFrame | None = field(default=None, repr=False, compare=False)
 
 
@@ -189,13 +189,13 @@ def judgments_of(run: RunData, unit_prefix: str = "") -> pd.DataFrame:
     rows = [{views.QID: unit_prefix + str(t["question_id"]), views.JUDGE: judge, views.STATUS: v.get("status"),
              views.SCORE: v.get("score"), views.TOTAL: v.get("total"), views.REASON: v.get("reason")}
             for t in run.scores.get("tasks", []) for judge, v in (t.get("judges") or {}).items()]
-    return views.judgments_frame(rows)
+    return frames.judgments_frame(rows)
 
 
 def tasks_of(run: RunData) -> pd.DataFrame:
-    """The run's task scores, recomputed by ``core.views.task_scores`` (once per run)."""
+    """The run's task scores, recomputed by ``core.frames.task_scores`` (once per run)."""
     if run.tasks_cache is None:
-        run.tasks_cache = views.task_scores(answer_status(run), judgments_of(run))
+        run.tasks_cache = frames.task_scores(answer_status(run), judgments_of(run))
     return run.tasks_cache
 
 
@@ -283,7 +283,7 @@ def _group_frame(g: Group) -> pd.DataFrame:
 
 def matched(groups: Sequence[Group]) -> pd.DataFrame:
     """The spec's robustness check: each row's mean over the tasks every row scored (%)."""
-    out = views.matched_panel({g.label: _group_frame(g) for g in groups})
+    out = frames.matched_panel({g.label: _group_frame(g) for g in groups})
     out["matched"] = out["matched"].map(_pct)
     return out
 
@@ -293,8 +293,8 @@ def breakdowns(groups: Sequence[Group], by: str) -> pd.DataFrame:
     meta = meta_of(r for g in groups for r in g.runs)
     parts = []
     for g in groups:
-        frames = [views.breakdown(tasks_of(r), meta, by) for r in g.runs]
-        mean = pd.concat(frames).groupby(by, dropna=False, sort=True).mean(numeric_only=True).reset_index()
+        per_run = [frames.breakdown(tasks_of(r), meta, by) for r in g.runs]
+        mean = pd.concat(per_run).groupby(by, dropna=False, sort=True).mean(numeric_only=True).reset_index()
         for column in ("n", "n_scored"):
             mean[column] = mean[column].map(_count).astype(object)
         mean.insert(0, "model", g.label)
@@ -310,18 +310,18 @@ def judge_agreement(runs: Sequence[RunData]) -> dict[str, Any]:
     """Pooled over runs (a unit = one run's task): per judge mean, bias, unavailable rate;
     per pair Pearson, Spearman, mean |a − b| and n; Krippendorff's alpha (interval)."""
     long = pd.concat([judgments_of(r, unit_prefix=f"{r.run_id}/") for r in runs], ignore_index=True) \
-        if runs else views.judgments_frame([])
+        if runs else frames.judgments_frame([])
     if not len(long):
         return {"judges": {}, "pairs": {}, "krippendorff_alpha_interval": None, "n_units": 0}
     ok = long[long[views.STATUS] == JudgmentStatus.SCORED]
     table = ok.pivot_table(index=views.QID, columns=views.JUDGE, values=views.SCORE, aggfunc="mean")
     panel = table.mean(axis=1)
-    judges = views.judge_means(long)
+    judges = frames.judge_means(long)
     for judge, row in judges.items():
         col = table[judge] if judge in table else pd.Series(dtype=float)
         bias = (col - panel).dropna()
         row["bias"] = float(bias.mean()) if len(bias) else None
-    pairs = views.agreement(long)
+    pairs = frames.agreement(long)
     for key, row in pairs.items():
         a, b = key.split("~")
         both = table[[a, b]].dropna() if a in table and b in table else pd.DataFrame(columns=[a, b])

@@ -102,8 +102,8 @@ def key_config(spec: EndpointSpec) -> str:
 
 def build_scores(cfg: WildtraceConfig, dataset: Dataset, outcome: Outcome) -> dict:
     """scores.json: the headline views and counts, per-judge means, and a row per task."""
-    judgments = views.judgments_frame(j.to_dict() for j in outcome.judgments)
-    tasks = views.task_scores({a["question_id"]: a["status"] for a in outcome.answers}, judgments)
+    judgments = [j.to_dict() for j in outcome.judgments]
+    tasks = views.task_rows({a["question_id"]: a["status"] for a in outcome.answers}, judgments)
     summary = views.summarize(tasks, judgments)
     per_judge: dict[str, dict[str, dict]] = {}
     for j in outcome.judgments:
@@ -111,11 +111,11 @@ def build_scores(cfg: WildtraceConfig, dataset: Dataset, outcome: Outcome) -> di
                                                            "reason": j.reason}
     meta = {t.question_id: t.meta for t in dataset.tasks}
     rows = []
-    for row in tasks.to_dict("records"):
+    for row in tasks:
         qid = row["question_id"]
         score = row["score"]
         rows.append({"question_id": qid, "status": row["status"],
-                     "score": None if score is None or score != score else float(score),
+                     "score": None if score is None else float(score),
                      "judges": per_judge.get(qid, {}),
                      **{k: meta[qid][k] for k in ("paradigm", "context_tier") if k in meta[qid]}})
     return {**summary, "partial": outcome.stopped is not None,

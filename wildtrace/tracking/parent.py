@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from wildtrace.tracking.store import replace_table
+
+if TYPE_CHECKING:  # imported where a table is made: the run's process reads a sweep's parent without pandas
+    import pandas as pd
 
 CHILD_COLUMNS = ("overall", "scored", "n_scored", "n_total")
 CHILDREN_TABLE = "children.json"
@@ -14,6 +15,8 @@ CHILDREN_TABLE = "children.json"
 
 def children_frame(client: Any, parent_run_id: str) -> pd.DataFrame:
     """A row per child run (logged or still running): id, name, status, overrides, headline."""
+    import pandas as pd
+
     parent = client.get_run(parent_run_id)
     children = client.search_runs([parent.info.experiment_id], f"tags.`mlflow.parentRunId` = '{parent_run_id}'",
                                   max_results=5000)

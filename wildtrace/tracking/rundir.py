@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from wildtrace.core import views
+from wildtrace.core import frames, views
 from wildtrace.core.records import AnswerRecord, AnswerStatus, RunStatus, TaskStatus
 from wildtrace.tracking import readable
 
@@ -189,7 +189,7 @@ def tags_of(rd: RunDir, parent_run_id: str | None) -> dict[str, str]:
 
 
 def _frames(rd: RunDir) -> tuple[pd.DataFrame, pd.DataFrame]:
-    judgments = views.judgments_frame(rd.judgments)
+    judgments = frames.judgments_frame(rd.judgments)
     tasks = pd.DataFrame((rd.scores or {}).get("tasks", []))
     return tasks, judgments
 
@@ -210,7 +210,7 @@ def _score_metrics(s: Mapping) -> dict[str, Any]:
 def _breakdown_metrics(rd: RunDir) -> dict[str, Any]:
     m: dict[str, Any] = {}
     tasks, judgments = _frames(rd)
-    for pair, row in views.agreement(judgments).items():
+    for pair, row in frames.agreement(judgments).items():
         for key in ("mad", "corr"):
             if row[key] is not None:
                 m[metric_name("agreement", pair.replace("~", "__"), key)] = readable.fraction(row[key])
@@ -219,7 +219,7 @@ def _breakdown_metrics(rd: RunDir) -> dict[str, Any]:
     for column, label in ((views.PARADIGM, "paradigm"), (views.TIER, "tier")):
         if column not in tasks:
             continue
-        for row in views.breakdown(tasks[[views.QID, views.STATUS, views.SCORE]], tasks, column).to_dict("records"):
+        for row in frames.breakdown(tasks[[views.QID, views.STATUS, views.SCORE]], tasks, column).to_dict("records"):
             for key in ("all", "scored"):
                 if row[key] is not None and row[key] == row[key]:
                     m[metric_name(label, row[column], key)] = readable.percent(100.0 * row[key])
