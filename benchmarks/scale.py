@@ -260,8 +260,10 @@ def worker(spec_path: Path) -> None:
     import resource
 
     from wildtrace.app import observer_for
+    from wildtrace.memory import return_large_buffers
     from wildtrace.runtime.run import run
 
+    return_large_buffers()  # as the entry point's job does
     spec = json.loads(spec_path.read_text())
     cfg = harness_settings(spec)
     before = resource.getrusage(resource.RUSAGE_SELF)

@@ -209,11 +209,13 @@ def _job(dict_cfg: DictConfig) -> float | None:
     from hydra.types import RunMode
 
     from wildtrace.core.tasks import DatasetError
+    from wildtrace.memory import return_large_buffers
     from wildtrace.runtime.cache import StorageError
     from wildtrace.runtime.run import run
     from wildtrace.runtime.secrets import MissingKeyError
     from wildtrace.tracking.sweep import read_parent
 
+    return_large_buffers()  # here, not in main(): a sweep's jobs may run in worker processes of their own
     route_console_to_stderr()
     hydra_cfg = HydraConfig.get()
     parent = read_parent(hydra_cfg.sweep.dir) if hydra_cfg.mode == RunMode.MULTIRUN else None

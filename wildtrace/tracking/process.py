@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from wildtrace.core.events import RunEnd, RunObserver, RunStart, TaskDone
 from wildtrace.core.records import RunStatus
+from wildtrace.memory import return_large_buffers
 
 if TYPE_CHECKING:
     from wildtrace.tracking.observer import MlflowObserver
@@ -260,6 +261,7 @@ def child_main(in_fd: int, out_fd: int) -> int:
     """The child: an ``MlflowObserver`` fed from the pipe until run_finished (or the pipe closes)."""
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, signal.SIG_IGN)
+    return_large_buffers()
     with contextlib.suppress(OSError):  # logging yields the CPU to the run (and to whatever serves it on this machine)
         os.nice(CHILD_NICENESS)
     inbox, outbox = Connection(in_fd, writable=False), Connection(out_fd, readable=False)
