@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -187,3 +188,20 @@ def test_a_hung_logging_process_is_killed_after_its_bound_and_the_run_marked_not
     marker = read_marker(s.out_dir)
     assert marker["status"] == "not_logged" and marker["run_id"] == run_id
     assert "did not finish within 2 s" in marker["error"]
+
+
+@pytest.mark.parametrize("user_pool", [None, "jemalloc"])
+def test_the_childs_pyarrow_allocates_from_malloc_unless_the_user_chose(tmp_path, monkeypatch, user_pool):
+    if user_pool:
+        monkeypatch.setenv("ARROW_DEFAULT_MEMORY_POOL", user_pool)
+    else:
+        monkeypatch.delenv("ARROW_DEFAULT_MEMORY_POOL", raising=False)
+    s = scripted_run(tmp_path)
+    obs = observer_for(s)
+    assert obs.process is not None
+    raw = Path(f"/proc/{obs.process.pid}/environ").read_bytes().decode()
+    environ = dict(item.split("=", 1) for item in raw.split("\0") if "=" in item)
+    assert environ["ARROW_DEFAULT_MEMORY_POOL"] == (user_pool or "system")
+    obs.run_started(s.start())
+    assert obs.run_finished(RunEnd(str(s.out_dir), "finished")) is not None
+    assert obs.process.wait(30) == 0

@@ -60,6 +60,10 @@ CHILD_NICENESS = 10
 #: Set in the child's environment unless the user set it: a benchmark harness that runs
 #: offline by default does not send MLflow's usage telemetry.
 QUIET_ENV = {"MLFLOW_DISABLE_TELEMETRY": "true"}
+#: Also set unless the user set it: pyarrow (under pandas' string columns in the run's tables)
+#: allocates from malloc, not from its mimalloc pool, which kept what it freed. Measured at full
+#: scale: this process's peak 301-304 MB with the pool, 280 MB without.
+MEMORY_ENV = {"ARROW_DEFAULT_MEMORY_POOL": "system"}
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
 
 
@@ -151,7 +155,8 @@ def _spawn() -> tuple[subprocess.Popen, Connection, Connection]:
     to_child_r, to_child_w = os.pipe()
     from_child_r, from_child_w = os.pipe()
     path = os.pathsep.join(p for p in (_PACKAGE_PARENT, os.environ.get("PYTHONPATH", "")) if p)
-    env = {**QUIET_ENV, **os.environ, "PYTHONPATH": path}  # this process's wildtrace, whatever sys.path says
+    # This process's wildtrace, whatever sys.path says; the user's own settings win over the defaults.
+    env = {**QUIET_ENV, **MEMORY_ENV, **os.environ, "PYTHONPATH": path}
     try:
         process = subprocess.Popen(
             [sys.executable, "-m", "wildtrace.tracking.process", str(to_child_r), str(from_child_w)],
