@@ -139,3 +139,14 @@ def test_the_views_of_rows_and_of_frames_agree():
     scored = frame.loc[frame["status"] == "scored", "score"].astype(float)
     assert views.scored_view(tasks) == (float(scored.mean()), len(scored))
     assert views.all_view(tasks) == float(frame["score"].astype(float).fillna(0.0).sum()) / len(frame)
+
+
+def test_a_scored_row_without_a_score_counts_as_no_score():
+    # Rows read back from a file that says scored and has no score (or NaN): not a crash, not a NaN mean.
+    rows = [{"question_id": "t1", "judge": "a", "status": "scored", "score": None},
+            {"question_id": "t1", "judge": "b", "status": "scored", "score": float("nan")},
+            {"question_id": "t1", "judge": "c", "status": "scored", "score": 0.5}]
+    tasks = views.task_rows({"t1": ANSWERED}, rows)
+    assert tasks == [{"question_id": "t1", "status": "scored", "score": 0.5}]
+    assert views.judge_means(rows)["a"] == {"mean": None, "n": 0, "n_unavailable": 1, "unavailable_rate": 1.0}
+    assert views.scored_view([{"question_id": "t1", "status": "scored", "score": None}]) == (None, 0)

@@ -62,7 +62,8 @@ def mean(values: Iterable[float]) -> float | None:
 
 
 def _score(row: Mapping[str, Any]) -> float | None:
-    """A row's score as a float, None when it has none (None or NaN)."""
+    """A row's score as a float, None when it has none (None or NaN: a row read back from a file
+    that says scored without a score counts as no score, never as a crash or a NaN mean)."""
     value = row.get(SCORE)
     if value is None:
         return None
@@ -80,8 +81,8 @@ def task_rows(answer_status: Mapping[str, str | None], judgments: Iterable[Mappi
     by_task: dict[str, list[float]] = {}
     held: set[str] = set()
     for j in judgments:
-        if j.get(STATUS) == JudgmentStatus.SCORED:
-            by_task.setdefault(j[QID], []).append(float(j[SCORE]))
+        if j.get(STATUS) == JudgmentStatus.SCORED and (score := _score(j)) is not None:
+            by_task.setdefault(j[QID], []).append(score)
         elif j.get(STATUS) == JudgmentStatus.BUDGET_EXHAUSTED:
             held.add(j[QID])
     rows = []
@@ -108,7 +109,7 @@ def task_outcome(answer_status: str, judgments: Iterable[JudgmentRecord]) -> tup
 
 def scored_view(tasks: Iterable[Mapping[str, Any]]) -> tuple[float | None, int]:
     """Scored: mean over valid scored responses, and their number n."""
-    scored = [float(t[SCORE]) for t in tasks if t.get(STATUS) == TaskStatus.SCORED]
+    scored = [s for t in tasks if t.get(STATUS) == TaskStatus.SCORED and (s := _score(t)) is not None]
     return mean(scored), len(scored)
 
 
@@ -137,7 +138,7 @@ def judge_means(judgments: Iterable[Mapping[str, Any]]) -> dict[str, dict]:
     out: dict[str, dict] = {}
     for judge in sorted(by_judge):
         group = by_judge[judge]
-        ok = [float(j[SCORE]) for j in group if j.get(STATUS) == JudgmentStatus.SCORED]
+        ok = [s for j in group if j.get(STATUS) == JudgmentStatus.SCORED and (s := _score(j)) is not None]
         out[judge] = {"mean": mean(ok), "n": len(ok), "n_unavailable": len(group) - len(ok),
                       "unavailable_rate": (len(group) - len(ok)) / len(group) if group else None}
     return out

@@ -190,7 +190,7 @@ def tags_of(rd: RunDir, parent_run_id: str | None) -> dict[str, str]:
 
 def _frames(rd: RunDir) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The columns the views read, and no others: the judge prompts and replies are most of a
-    run's rows (a frame of them all was 16 MB of the logging process's peak at full scale)."""
+    run's rows (a frame of them all took 16 MB at full scale)."""
     judgments = frames.judgments_frame({k: j.get(k) for k in (views.QID, views.JUDGE, views.STATUS, views.SCORE)}
                                        for j in rd.judgments)
     columns = (views.QID, views.STATUS, views.SCORE, views.PARADIGM, views.TIER)
