@@ -402,7 +402,13 @@ def _replace_by_a_file(cache: Path) -> tuple[callable, callable]:
 
     def breaks() -> None:
         cache.rename(away)
-        cache.write_text("not a folder any more")
+        while True:  # the run's other call may store its outcome (making the folder again) meanwhile
+            try:
+                cache.write_text("not a folder any more")
+                return
+            except IsADirectoryError:  # keep what it stored, as if it had gone in before the break
+                shutil.copytree(cache, away, dirs_exist_ok=True)
+                shutil.rmtree(cache, ignore_errors=True)
 
     def mends() -> None:
         cache.unlink()
