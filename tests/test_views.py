@@ -13,19 +13,18 @@ OUT_OF_CONTEXT = AnswerStatus.OUT_OF_CONTEXT
 
 # Five tasks: t1 three judges, t2 one judge unavailable, t3 all judges unavailable,
 # t4 out of context, t5 failed answer.
-JUDGMENTS = frames.judgments_frame(
-    [
-        {"question_id": "t1", "judge": "a", "status": "scored", "score": 0.9},
-        {"question_id": "t1", "judge": "b", "status": "scored", "score": 0.6},
-        {"question_id": "t1", "judge": "c", "status": "scored", "score": 0.3},
-        {"question_id": "t2", "judge": "a", "status": "scored", "score": 1.0},
-        {"question_id": "t2", "judge": "b", "status": "unavailable", "score": None},
-        {"question_id": "t2", "judge": "c", "status": "scored", "score": 0.5},
-        {"question_id": "t3", "judge": "a", "status": "unavailable", "score": None},
-        {"question_id": "t3", "judge": "b", "status": "unavailable", "score": None},
-        {"question_id": "t3", "judge": "c", "status": "unavailable", "score": None},
-    ]
-)
+JUDGMENT_ROWS = [
+    {"question_id": "t1", "judge": "a", "status": "scored", "score": 0.9},
+    {"question_id": "t1", "judge": "b", "status": "scored", "score": 0.6},
+    {"question_id": "t1", "judge": "c", "status": "scored", "score": 0.3},
+    {"question_id": "t2", "judge": "a", "status": "scored", "score": 1.0},
+    {"question_id": "t2", "judge": "b", "status": "unavailable", "score": None},
+    {"question_id": "t2", "judge": "c", "status": "scored", "score": 0.5},
+    {"question_id": "t3", "judge": "a", "status": "unavailable", "score": None},
+    {"question_id": "t3", "judge": "b", "status": "unavailable", "score": None},
+    {"question_id": "t3", "judge": "c", "status": "unavailable", "score": None},
+]
+JUDGMENTS = frames.judgments_frame(JUDGMENT_ROWS)
 STATUS = {"t1": ANSWERED, "t2": ANSWERED, "t3": ANSWERED, "t4": OUT_OF_CONTEXT, "t5": FAILED}
 
 
@@ -38,16 +37,16 @@ def test_task_scores():
 
 
 def test_views_hand_computed():
-    tasks = frames.task_scores(STATUS, JUDGMENTS)
-    scored, n = frames.scored_view(tasks)
+    tasks = views.task_rows(STATUS, JUDGMENT_ROWS)
+    scored, n = views.scored_view(tasks)
     assert (scored, n) == (pytest.approx((0.6 + 0.75) / 2), 2)
-    assert frames.all_view(tasks) == pytest.approx((0.6 + 0.75) / 5)
-    # The release's 481 denominator zero-fills tasks absent from the frame.
-    assert frames.all_view(tasks, n_total=481) == pytest.approx(1.35 / 481)
+    assert views.all_view(tasks) == pytest.approx((0.6 + 0.75) / 5)
+    # The release's 481 denominator zero-fills tasks absent from the rows.
+    assert views.all_view(tasks, n_total=481) == pytest.approx(1.35 / 481)
 
 
 def test_summarize_counts_and_judges():
-    summary = frames.summarize(frames.task_scores(STATUS, JUDGMENTS), JUDGMENTS)
+    summary = views.summarize(views.task_rows(STATUS, JUDGMENT_ROWS), JUDGMENT_ROWS)
     assert summary["overall"] == pytest.approx(27.0)
     assert summary["scored"] == pytest.approx(67.5)
     counts = ("n_total", "n_scored", "n_out_of_context", "n_failed", "n_unscored", "n_missing")
@@ -57,21 +56,22 @@ def test_summarize_counts_and_judges():
                                       "unavailable_rate": pytest.approx(1 / 3)}
     assert summary["judges"]["b"]["mean"] == pytest.approx(0.6)
     assert summary["judges"]["b"]["n_unavailable"] == 2
+    assert frames.judge_means(JUDGMENTS) == summary["judges"]  # the report's, from the frame
 
 
 def test_missing_rows_are_zero_filled():
-    tasks = frames.task_scores({"t1": ANSWERED, "t9": MISSING}, JUDGMENTS)
-    summary = frames.summarize(tasks, JUDGMENTS)
+    tasks = views.task_rows({"t1": ANSWERED, "t9": MISSING}, JUDGMENT_ROWS)
+    summary = views.summarize(tasks, JUDGMENT_ROWS)
     assert summary["n_missing"] == 1
     assert summary["overall"] == pytest.approx(30.0)
     assert summary["scored"] == pytest.approx(60.0)
 
 
 def test_no_scored_task_gives_none_not_zero():
-    tasks = frames.task_scores({"t4": OUT_OF_CONTEXT}, frames.judgments_frame([]))
-    assert frames.scored_view(tasks) == (None, 0)
-    assert frames.all_view(tasks) == 0.0
-    assert frames.summarize(tasks, frames.judgments_frame([]))["scored"] is None
+    tasks = views.task_rows({"t4": OUT_OF_CONTEXT}, [])
+    assert views.scored_view(tasks) == (None, 0)
+    assert views.all_view(tasks) == 0.0
+    assert views.summarize(tasks, [])["scored"] is None
 
 
 def test_breakdown_per_paradigm():
@@ -123,7 +123,7 @@ def test_means_and_sums_are_pandas_own_bit_for_bit(n):
     rng = random.Random(n)
     values = [rng.choice([rng.random(), rng.randint(0, 40) / 40, rng.randint(0, 10) / 10]) for _ in range(n)]
     series = pd.Series(values, dtype=float)
-    assert views.fsum_like_numpy(values) == float(series.sum())
+    assert views.sum_as_numpy(values) == float(series.sum())
     assert views.mean(values) == (float(series.mean()) if n else None)
 
 
@@ -134,7 +134,7 @@ def test_the_views_of_rows_and_of_frames_agree():
     status = {f"t{i}": ANSWERED if i % 5 else OUT_OF_CONTEXT for i in range(300)}
     tasks = views.task_rows(status, rows)
     frame = frames.task_scores(status, frames.judgments_frame(rows))
-    assert views.summarize(tasks, rows) == frames.summarize(frame, frames.judgments_frame(rows))
+    assert views.summarize(tasks, rows) == views.summarize(frames.records(frame), rows)
     # The headline is pandas' own arithmetic over the same columns.
     scored = frame.loc[frame["status"] == "scored", "score"].astype(float)
     assert views.scored_view(tasks) == (float(scored.mean()), len(scored))

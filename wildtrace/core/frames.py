@@ -33,24 +33,9 @@ def task_scores(answer_status: Mapping[str, str | None], judgments: pd.DataFrame
     return pd.DataFrame(views.task_rows(answer_status, records(judgments)), columns=[QID, STATUS, SCORE])
 
 
-def scored_view(tasks: pd.DataFrame) -> tuple[float | None, int]:
-    """``views.scored_view`` of a task_scores frame."""
-    return views.scored_view(records(tasks))
-
-
-def all_view(tasks: pd.DataFrame, n_total: int | None = None) -> float | None:
-    """``views.all_view`` of a task_scores frame."""
-    return views.all_view(records(tasks), n_total)
-
-
 def judge_means(judgments: pd.DataFrame) -> dict[str, dict]:
     """``views.judge_means`` of a judgments frame."""
     return views.judge_means(records(judgments))
-
-
-def summarize(tasks: pd.DataFrame, judgments: pd.DataFrame, n_total: int | None = None) -> dict:
-    """``views.summarize`` of a task_scores frame and a judgments frame."""
-    return views.summarize(records(tasks), records(judgments), n_total)
 
 
 def breakdown(tasks: pd.DataFrame, meta: pd.DataFrame, by: str) -> pd.DataFrame:
@@ -58,8 +43,9 @@ def breakdown(tasks: pd.DataFrame, meta: pd.DataFrame, by: str) -> pd.DataFrame:
     merged = tasks.merge(meta[[QID, by]], on=QID, how="left")
     rows = []
     for value, group in merged.groupby(by, dropna=False, sort=True):
-        scored, n_scored = scored_view(group)
-        rows.append({by: value, "all": all_view(group), "scored": scored, "n": len(group), "n_scored": n_scored})
+        scored, n_scored = views.scored_view(records(group))
+        rows.append({by: value, "all": views.all_view(records(group)), "scored": scored, "n": len(group),
+                     "n_scored": n_scored})
     return pd.DataFrame(rows, columns=[by, "all", "scored", "n", "n_scored"])
 
 
@@ -79,6 +65,8 @@ def matched_panel(runs: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
         rows.append({"model": label, "matched": float(subset[SCORE].astype(float).mean()) if len(subset) else None,
                      "n": len(subset)})
     return pd.DataFrame(rows, columns=["model", "matched", "n"])
+
+
 def agreement(judgments: pd.DataFrame) -> dict[str, dict]:
     """Pairwise judge agreement over tasks both judges scored: mean |a − b|, Pearson r, n.
 
@@ -103,5 +91,3 @@ def agreement(judgments: pd.DataFrame) -> dict[str, dict]:
             out[f"{a}~{b}"] = {"mad": float((both[a] - both[b]).abs().mean()) if len(both) else None,
                                "corr": corr, "n": len(both)}
     return out
-
-

@@ -49,7 +49,7 @@ def _pairwise_sum(values: Sequence[float], lo: int, n: int) -> float:
     return _pairwise_sum(values, lo, half) + _pairwise_sum(values, lo + half, n - half)
 
 
-def fsum_like_numpy(values: Iterable[float]) -> float:
+def sum_as_numpy(values: Iterable[float]) -> float:
     """The sum numpy (and pandas' ``Series.sum``) gives for these floats, in this order."""
     floats = [float(v) for v in values]
     return _pairwise_sum(floats, 0, len(floats)) if floats else 0.0
@@ -123,7 +123,7 @@ def all_view(tasks: Sequence[Mapping[str, Any]], n_total: int | None = None) -> 
     denominator = len(tasks) if n_total is None else n_total
     if denominator == 0:
         return None
-    return fsum_like_numpy(_score(t) or 0.0 for t in tasks) / denominator
+    return sum_as_numpy(_score(t) or 0.0 for t in tasks) / denominator
 
 
 def judge_means(judgments: Iterable[Mapping[str, Any]]) -> dict[str, dict]:
