@@ -7,7 +7,8 @@ import pytest
 
 from wildtrace.core.caps import Caps, decide
 from wildtrace.core.records import (PROVENANCE_KEYS, AnswerRecord, AnswerStatus, CallProvenance, CallResult,
-                                    FailReason, JudgmentRecord, JudgmentStatus, RunStatus, Scope, TaskStatus, Usage)
+                                    FailReason, JudgmentRecord, JudgmentStatus, LogStatus, RunStatus, Scope, TaskStatus,
+                                    Usage)
 from wildtrace.core.tasks import RubricItem, Task
 from wildtrace.runtime.pipeline import answer_record, judgment_record
 
@@ -37,6 +38,7 @@ RESULT = CallResult(True, '{"total": 80}', None, None, "stop", Usage(prompt_toke
     (FailReason, ["refusal", "empty_output", "context_length", "retries_exhausted", "http_error", "transport_error",
                   "bad_response", "budget_exhausted", "quota_exhausted", "response_too_large"]),
     (RunStatus, ["finished", "partial", "failed"]),
+    (LogStatus, ["running", "logged", "partial", "not_logged"]),
     (Scope, ["in_scope", "out_of_context_scope"]),
 ])
 def test_each_family_keeps_the_strings_old_runs_hold(family, values):
@@ -48,7 +50,7 @@ def test_each_family_keeps_the_strings_old_runs_hold(family, values):
 def test_a_name_means_one_value_across_families():
     """The same member name in two families is the same string (JUDGED/SCORED, two QUOTAs, two OUT_OF_CONTEXTs)."""
     by_name: dict[str, set[str]] = {}
-    for family in (AnswerStatus, JudgmentStatus, TaskStatus, FailReason, RunStatus, Scope):
+    for family in (AnswerStatus, JudgmentStatus, TaskStatus, FailReason, RunStatus, LogStatus, Scope):
         for member in family:
             by_name.setdefault(member.name, set()).add(member.value)
     assert {name: values for name, values in by_name.items() if len(values) > 1} == {}

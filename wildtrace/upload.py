@@ -20,6 +20,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from wildtrace.core.records import LogStatus
 from wildtrace.exitcodes import ArgumentParser, ExitCode, error
 
 EXIT_OK, EXIT_NOT_A_RUN, EXIT_NOT_LOGGED = ExitCode.OK, ExitCode.BAD_INPUT, ExitCode.NOT_LOGGED
@@ -33,7 +34,7 @@ def plan(marker: dict, tracking_uri: str | None, force: bool) -> tuple[str, str 
     same_store = tracking_uri is None or marker.get("tracking_uri") in (None, tracking_uri)
     if force or not marker.get("run_id") or not same_store:
         return "new", None
-    if marker.get("status") == "logged":
+    if marker.get("status") == LogStatus.LOGGED:
         return "skip", marker["run_id"]
     return "resume", marker["run_id"]
 

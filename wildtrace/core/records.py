@@ -92,6 +92,15 @@ class RunStatus(StrEnum):
     FAILED = "failed"  # raised before its files were complete
 
 
+class LogStatus(StrEnum):
+    """A run's MLflow state, as its ``mlflow.json`` says."""
+
+    RUNNING = "running"  # logging begun
+    LOGGED = "logged"  # complete
+    PARTIAL = RunStatus.PARTIAL.value  # complete, for a partial run
+    NOT_LOGGED = "not_logged"  # failed: ``python -m wildtrace.upload`` completes it
+
+
 @dataclass(frozen=True)
 class Usage:
     """Token counts as the provider reports them (None where it reports nothing)."""

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from wildtrace.core.records import RunStatus
+from wildtrace.core.records import LogStatus, RunStatus
 from wildtrace.files import write_json
 from wildtrace.tracking import documents
 from wildtrace.tracking.parent import refresh_parent
@@ -32,8 +32,6 @@ from wildtrace.tracking.store import (client_for, default_artifact_location, get
 from wildtrace.tracking.traces import TraceExporter, TraceTarget, log_feedback, task_dones_of, traced_tasks
 
 MARKER = "mlflow.json"
-#: mlflow.json statuses: logging begun / complete / complete for a partial run / failed.
-RUNNING, LOGGED, PARTIAL, NOT_LOGGED = "running", "logged", "partial", "not_logged"
 #: How long the end of a run waits for the trace thread before leaving the rest to upload.
 TRACE_WAIT_S = 600.0
 DATASET_ATTEMPTS = 3
@@ -81,7 +79,12 @@ def read_marker(run_dir: str | Path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def write_marker(run_dir: str | Path, status: str, target: Target | None, parent_run_id: str | None,
+def logged_status(rd: RunDir) -> LogStatus:
+    """What mlflow.json says once a run is logged whole: partial for a partial run."""
+    return LogStatus.PARTIAL if rd.status == RunStatus.PARTIAL else LogStatus.LOGGED
+
+
+def write_marker(run_dir: str | Path, status: LogStatus, target: Target | None, parent_run_id: str | None,
                  error: str | None = None) -> None:
     """Record the run's MLflow state beside its files (never raises: the files matter more)."""
     data = {"status": status, "run_id": target.run_id if target else None, "parent_run_id": parent_run_id,
@@ -292,9 +295,9 @@ def log_run_dir(path: str | Path, parent_run_id: str | None = None, tracking_uri
     else:
         target = create_run(open_target(uri, rd.config, experiment), rd.config, rd.stats, str(rd.path),
                             rd.stats.get("run_date"), parent_run_id)
-    write_marker(rd.path, RUNNING, target, parent_run_id)
+    write_marker(rd.path, LogStatus.RUNNING, target, parent_run_id)
     complete_run(target, rd, parent_run_id)
-    write_marker(rd.path, PARTIAL if rd.status == RunStatus.PARTIAL else LOGGED, target, parent_run_id)
+    write_marker(rd.path, logged_status(rd), target, parent_run_id)
     return target.run_id
 
 

@@ -14,10 +14,9 @@ import threading
 from pathlib import Path
 
 from wildtrace.core.events import RunEnd, RunObserver, RunStart, TaskDone
-from wildtrace.core.records import RunStatus
-from wildtrace.tracking.mlflow_logger import (NOT_LOGGED, PARTIAL, LOGGED, RUNNING, Target, TRACE_WAIT_S, complete_run,
-                                              create_run, open_target, read_run_dir, reason_of, say_not_logged,
-                                              write_marker)
+from wildtrace.core.records import LogStatus, RunStatus
+from wildtrace.tracking.mlflow_logger import (TRACE_WAIT_S, Target, complete_run, create_run, logged_status,
+                                              open_target, read_run_dir, reason_of, say_not_logged, write_marker)
 from wildtrace.tracking.documents import DocumentUploader
 from wildtrace.tracking.store import log, terminate_quietly
 from wildtrace.tracking.traces import TraceExporter, TraceTarget
@@ -77,7 +76,7 @@ class MlflowObserver(RunObserver):
             config = self._config(start.config)
             target = open_target(self.tracking_uri, config, self.experiment)
             self.target = create_run(target, config, {}, start.out_dir, start.run_date, self.parent_run_id)
-            write_marker(Path(start.out_dir), RUNNING, self.target, self.parent_run_id)
+            write_marker(Path(start.out_dir), LogStatus.RUNNING, self.target, self.parent_run_id)
             routes = {k: v.get("route", k) for k, v in config["judge_panel"]["judges"].items()}
             also = None
             if self.log_documents:  # copy each document while the run goes, not all of them at its end
@@ -128,12 +127,12 @@ class MlflowObserver(RunObserver):
                 self.exporter = None
             if self.target is not None:
                 terminate_quietly(self.target.client, self.target.run_id, CLOSE_STATUS.get(end.status, "FAILED"))
-            write_marker(path, NOT_LOGGED, self.target, self.parent_run_id, reason)
+            write_marker(path, LogStatus.NOT_LOGGED, self.target, self.parent_run_id, reason)
             say_not_logged(path, reason)
             return None
         finally:
             self._abandon()
-        write_marker(path, PARTIAL if rd.status == RunStatus.PARTIAL else LOGGED, self.target, self.parent_run_id)
+        write_marker(path, logged_status(rd), self.target, self.parent_run_id)
         return self.target.run_id
 
     def _abandon(self) -> None:
@@ -154,7 +153,8 @@ class UnloggedObserver(RunObserver):
 
     def run_started(self, start: RunStart) -> None:
         """Leave the reason beside the run's files from its first moment."""
-        write_marker(Path(start.out_dir), NOT_LOGGED, None, start.parent_run_id or self.parent_run_id, self.reason)
+        write_marker(Path(start.out_dir), LogStatus.NOT_LOGGED, None, start.parent_run_id or self.parent_run_id,
+                     self.reason)
 
     def run_finished(self, end: RunEnd) -> str | None:
         """Not logged: None."""

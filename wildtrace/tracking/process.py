@@ -215,11 +215,12 @@ def _receive_loop(conn: Connection, shared: _Shared) -> None:
 
 def _mark_not_logged(out_dir: Path, parent_run_id: str | None, reason: str) -> None:
     """``mlflow.json`` says not_logged with the reason, keeping the MLflow run the child had made."""
-    from wildtrace.tracking.mlflow_logger import NOT_LOGGED, MARKER, read_marker, say_not_logged
+    from wildtrace.core.records import LogStatus
+    from wildtrace.tracking.mlflow_logger import MARKER, read_marker, say_not_logged
     from wildtrace.files import write_json
 
     marker = read_marker(out_dir)
-    data = {"status": NOT_LOGGED, "run_id": marker.get("run_id"), "parent_run_id": parent_run_id,
+    data = {"status": LogStatus.NOT_LOGGED, "run_id": marker.get("run_id"), "parent_run_id": parent_run_id,
             "tracking_uri": marker.get("tracking_uri"), "experiment_id": marker.get("experiment_id"),
             "error": reason}
     try:

@@ -23,7 +23,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from wildtrace.core.records import RunStatus
+from wildtrace.core.records import LogStatus, RunStatus
 from wildtrace.tracking.parent import refresh_parent
 from wildtrace.tracking.store import client_for, default_artifact_location, get_or_create_experiment
 
@@ -72,9 +72,10 @@ def job_rows(sweep_dir: str | Path) -> list[dict]:
         done = (job_dir / "responses.json").exists()
         stats = (_read(job_dir / "run_stats.json") or {}) if done else {}
         status = stats.get("status", RunStatus.FINISHED) if done else RunStatus.FAILED
+        logged = marker.get("status") in (LogStatus.LOGGED, LogStatus.PARTIAL)
         rows.append({"job": int(job_dir.name), "overrides": _job_overrides(job_dir), "status": status,
                      "overall": scores.get("overall"), "scored": scores.get("scored"),
-                     "run_id": marker.get("run_id") if marker.get("status") in ("logged", "partial") else None})
+                     "run_id": marker.get("run_id") if logged else None})
     return rows
 
 
