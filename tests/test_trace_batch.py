@@ -28,9 +28,10 @@ NOT_TRACES = {"alembic_version", "experiments", "runs", "experiment_tags", "tags
               "params", "inputs", "input_tags", "datasets"}
 
 
-def fresh_store(path: Path, run: bool = True) -> tuple[str, TraceTarget]:
-    """A store with one experiment and a run (or, with ``run=False``, a run id the same in every store)."""
-    uri = f"sqlite:///{path / 'mlflow.db'}"
+def fresh_store(path: Path, run: bool = True, uri: str | None = None) -> tuple[str, TraceTarget]:
+    """A store with one experiment and a run (or, with ``run=False``, a run id the same in every store);
+    SQLite in ``path`` unless ``uri`` names another database."""
+    uri = uri or f"sqlite:///{path / 'mlflow.db'}"
     client = client_for(uri)
     experiment = client.create_experiment("traces", artifact_location=f"file://{path}/mlartifacts")
     run_id = client.create_run(experiment).info.run_id if run else "run-fixed"
@@ -85,25 +86,56 @@ def test_a_batch_stores_the_rows_one_start_trace_each_stores(tmp_path):
 def test_a_batch_is_one_transaction(tmp_path, monkeypatch):
     uri, target = fresh_store(tmp_path)
     client = tracing_client(uri)
-    commits = []
-    real = client.store.ManagedSessionMaker
-
-    def counted(*args, **kwargs):
-        commits.append(kwargs.get("read_only", True))
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(client.store, "ManagedSessionMaker", counted)
+    sessions = counted_sessions(client, monkeypatch)
     traces = [build_trace(d, target) for d in tasks(25)]
     assert trace_batch.start_traces(client, [t.info for t in traces]) == []
     # One read of what the store holds, one write for the 25, one read of what it holds now.
-    assert commits == [True, False, True]
+    assert sessions == [True, False, True]
     assert len(traced_tasks(client_for(uri), target)) == 25
 
 
 def test_traces_the_store_holds_and_traces_it_refuses_go_one_by_one(tmp_path):
-    uri, target = fresh_store(tmp_path)
+    held_and_refused(*fresh_store(tmp_path))
+
+
+def counted_sessions(client, monkeypatch) -> list[bool]:
+    """The read_only flag of every managed session the client's store opens from now on."""
+    sessions: list[bool] = []
+    real = client.store.ManagedSessionMaker
+
+    def counted(*args, **kwargs):
+        sessions.append(kwargs.get("read_only", True))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(client.store, "ManagedSessionMaker", counted)
+    return sessions
+
+
+def test_a_batch_on_postgresql_is_one_transaction_and_loses_nothing(tmp_path, monkeypatch):
+    """The team's store: the same batch against a real PostgreSQL server (MLflow's schema made there)."""
+    from pg import postgres, skip_reason
+
+    if skip_reason():
+        pytest.skip(skip_reason())
+    with postgres() as pg:
+        pg.create_database("traces")
+        uri, target = fresh_store(tmp_path, uri=pg.uri("traces"))
+        client = tracing_client(uri)
+        traces = [build_trace(d, target) for d in tasks(40)]
+        with monkeypatch.context() as m:
+            sessions = counted_sessions(client, m)
+            assert trace_batch.start_traces(client, [t.info for t in traces[:30]]) == []
+        assert sessions == [True, False, True]
+        log_spans(client, target.experiment_id, [s for t in traces[:30] for s in t.data.spans])
+        assert len(traced_tasks(client_for(uri), target)) == 30
+        # The rest with a stored one and a refused one among them, as on SQLite.
+        held_and_refused(uri, target, offset=30)
+
+
+def held_and_refused(uri: str, target: TraceTarget, offset: int = 0) -> None:
+    """A batch holding a trace the store has (a cut-off export) and one it refuses: each goes on its own."""
     client = tracing_client(uri)
-    traces = [build_trace(d, target) for d in tasks(6)]
+    traces = [build_trace(d, target) for d in tasks(offset + 6)][offset:]
     client.start_trace(traces[0].info)  # stored before (a cut-off export): MLflow's merge path, on its own
     stray = build_trace(dataclasses.replace(DONE, question_id="stray"), TraceTarget("987654", target.run_id, ROUTES))
     infos = [t.info for t in traces[:3]] + [stray.info] + [t.info for t in traces[3:]]
@@ -111,8 +143,8 @@ def test_traces_the_store_holds_and_traces_it_refuses_go_one_by_one(tmp_path):
     assert [info.trace_id for info, _ in failed] == [stray.info.trace_id]  # the rest of the batch still goes
     log_spans(client, target.experiment_id, [s for t in traces for s in t.data.spans])
     found = traced_tasks(client_for(uri), target)
-    assert sorted(found) == [f"q{i}" for i in range(6)]
-    assert all(s.has_spans and s.assessments == 2 for s in found.values())  # q0's feedback not doubled
+    assert sorted(found) == sorted(f"q{i}" for i in range(offset + 6))
+    assert all(s.has_spans and s.assessments == 2 for s in found.values())  # the held one's feedback not doubled
 
 
 def test_only_the_batchs_thread_shares_its_session(tmp_path):
