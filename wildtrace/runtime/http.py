@@ -280,13 +280,21 @@ class Attempt:
 
 @dataclass(frozen=True)
 class Prepared:
-    """A request made ready to send: its exact bytes and its cache key (``Endpoint.prepare``)."""
+    """A request made ready to send: its exact bytes and its cache key (``prepare_request``)."""
 
     request: WireRequest  #: the request the bytes encode
     replicate: int  #: the replicate index in the key
     content: bytes  #: ``encode_body(request.body)``
     key: str  #: the cache key
     material: dict  #: what the key was made from (stored beside the outcome)
+
+
+def prepare_request(provider: Provider, request: WireRequest, replicate: int = 0) -> Prepared:
+    """A provider's request as its exact bytes and cache key: the one place a key is made from a request
+    (the endpoint's call, the plan's answers and the survey's judges alike)."""
+    content = encode_body(request.body)
+    key, material = cache_key(provider.spec.provider, request.url, provider.spec.route, content, replicate)
+    return Prepared(request, replicate, content, key, material)
 
 
 class Endpoint:
@@ -361,10 +369,7 @@ class Endpoint:
 
     def prepare(self, request: WireRequest, replicate: int = 0) -> Prepared:
         """The request's bytes and cache key, made ahead of ``call`` (any thread: no state is touched)."""
-        content = encode_body(request.body)
-        key, material = cache_key(self.provider.spec.provider, request.url, self.provider.spec.route, content,
-                                  replicate)
-        return Prepared(request, replicate, content, key, material)
+        return prepare_request(self.provider, request, replicate)
 
     async def call(self, request: WireRequest, replicate: int = 0, cost_tokens: int = 0,
                    prepared: Prepared | None = None, ticket: Ticket | None = None) -> CallResult:

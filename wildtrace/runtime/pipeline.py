@@ -29,9 +29,9 @@ from wildtrace.core.tasks import Task
 from wildtrace.core.views import task_outcome
 from wildtrace.providers.base import Provider
 from wildtrace.runtime.batch import batch_phase
-from wildtrace.runtime.cache import Cache, cache_key
+from wildtrace.runtime.cache import Cache
 from wildtrace.runtime.dataset import Dataset, read_document
-from wildtrace.runtime.http import Endpoint, Prepared, encode_body, interpret
+from wildtrace.runtime.http import Endpoint, Prepared, interpret, prepare_request
 from wildtrace.runtime.plan import Plan, PlannedAnswer, sha256_text
 from wildtrace.runtime.ratelimit import estimate_tokens
 from wildtrace.runtime.served import enforce
@@ -196,10 +196,7 @@ def _cached_ok(provider: Provider, cache: Cache, key: str) -> str | None:
 
 
 def _judge_key(judge: Provider, prompt: str, plan: Plan) -> str:
-    request = judge.build_request(prompt, plan.judge_sampling)
-    key, _ = cache_key(judge.spec.provider, request.url, judge.spec.route, encode_body(request.body),
-                       plan.judge_replicate)
-    return key
+    return prepare_request(judge, judge.build_request(prompt, plan.judge_sampling), plan.judge_replicate).key
 
 
 def survey(plan: Plan, cache: Cache) -> Survey:

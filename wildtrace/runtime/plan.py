@@ -30,9 +30,9 @@ from wildtrace.providers.base import EndpointSpec, Provider, Sampling
 from wildtrace.providers.registry import make_provider
 from wildtrace.runtime.batch import BatchSettings
 from wildtrace.runtime.budget import Ledger
-from wildtrace.runtime.cache import Cache, cache_key
+from wildtrace.runtime.cache import Cache
 from wildtrace.runtime.dataset import Dataset, DocumentInfo, DocumentStep, load_dataset
-from wildtrace.runtime.http import Endpoint, encode_body, local_transport
+from wildtrace.runtime.http import Endpoint, local_transport, prepare_request
 from wildtrace.runtime.responses import load_responses
 from wildtrace.runtime.retry import RetryPolicy
 from wildtrace.runtime.served import ServedPolicy, policies
@@ -106,7 +106,7 @@ class PlannedAnswer:
     whose answer must be sent has its document read again when its turn comes.
     """
 
-    key: str  #: the cache key of the request (``Endpoint.prepare``'s, for the same bytes)
+    key: str  #: the cache key of the request (``prepare_request``, as the call makes it)
     prompt_sha256: str  #: sha256 of the prompt's UTF-8 bytes (the record's ``prompt_sha256``)
     prompt_chars: int  #: the prompt's length in characters (pacing and the estimate)
     body_bytes: int  #: the encoded request's size (the spend cap's worst case)
@@ -189,9 +189,8 @@ def _document_step(caps: Caps, model: Provider | None, sampling: Sampling, repli
         for task in tasks:
             prompt = answer_prompt(task.question_text, text)
             request = model.build_request(prompt, sampling)
-            content = encode_body(request.body)
-            key, _ = cache_key(model.spec.provider, request.url, model.spec.route, content, replicate)
-            planned[task.question_id] = PlannedAnswer(key, sha256_text(prompt), len(prompt), len(content),
+            ready = prepare_request(model, request, replicate)
+            planned[task.question_id] = PlannedAnswer(ready.key, sha256_text(prompt), len(prompt), len(ready.content),
                                                       model.temperature_sent(request))
 
     return plan_document
