@@ -57,5 +57,6 @@ def test_freed_large_buffers_leave_the_process():
     assert default["returned_kb"] < 0.2 * half  # the control: the same frees, held by the heap
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
 def test_setting_it_twice_is_harmless():
-    assert return_large_buffers() is return_large_buffers()
+    assert (return_large_buffers(), return_large_buffers()) == (True, True)  # glibc takes the same value again
