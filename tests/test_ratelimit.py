@@ -16,7 +16,7 @@ import pytest
 from loopback import Call, LoopbackServer, Reply, chat
 
 from wildtrace.runtime.ratelimit import AdaptiveLimit, Window, estimate_tokens, parse_go_duration, read_budget
-from wildtrace.runtime.retry import OK, RETRY, RetryPolicy, classify, retry_hint
+from wildtrace.runtime.retry import RetryPolicy, Verdict, classify, retry_hint
 
 WALL = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC).timestamp()
 
@@ -372,9 +372,9 @@ async def storm(url: str, prompts: list[str], policy: RetryPolicy, max_concurren
                 limit.release(status, headers, payload)
                 lowest = min(lowest, limit.limit)
             kind = classify(status, headers, payload)
-            if kind == OK:
+            if kind == Verdict.OK:
                 return "answered"
-            if kind != RETRY or attempt > policy.max_retries:
+            if kind != Verdict.RETRY or attempt > policy.max_retries:
                 return f"failed: {kind} {status}"
             await asyncio.sleep(policy.delay(attempt, retry_hint(headers, payload), rng))
         raise AssertionError("unreachable")

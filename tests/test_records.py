@@ -5,12 +5,15 @@ import json
 
 import pytest
 
-from wildtrace.core.caps import Caps, decide
+from wildtrace.core.caps import CapKind, Caps, decide
+from wildtrace.core.judging import ReplyReason
 from wildtrace.core.records import (PROVENANCE_KEYS, AnswerRecord, AnswerStatus, CallProvenance, CallResult,
                                     FailReason, JudgmentRecord, JudgmentStatus, LogStatus, RunStatus, Scope, TaskStatus,
                                     Usage)
 from wildtrace.core.tasks import RubricItem, Task
 from wildtrace.runtime.pipeline import answer_record, judgment_record
+from wildtrace.runtime.preflight import CheckStatus
+from wildtrace.runtime.retry import Verdict
 
 #: responses.json's keys, in the order every run since the cost fields has written them.
 ANSWER_KEYS = ["question_id", "status", "caps", "document", "reason", "response", "finish_reason", "usage", "error",
@@ -36,10 +39,15 @@ RESULT = CallResult(True, '{"total": 80}', None, None, "stop", Usage(prompt_toke
     (JudgmentStatus, ["scored", "unavailable", "budget_exhausted"]),
     (TaskStatus, ["scored", "unscored", "failed", "out_of_context_scope", "missing", "budget_exhausted"]),
     (FailReason, ["refusal", "empty_output", "context_length", "retries_exhausted", "http_error", "transport_error",
-                  "bad_response", "budget_exhausted", "quota_exhausted", "response_too_large"]),
+                  "bad_response", "budget_exhausted", "quota_exhausted", "response_too_large", "served_model_mismatch",
+                  "batch_timeout"]),
     (RunStatus, ["finished", "partial", "failed"]),
     (LogStatus, ["running", "logged", "partial", "not_logged"]),
     (Scope, ["in_scope", "out_of_context_scope"]),
+    (ReplyReason, ["empty_reply", "no_numeric_total", "ambiguous_total"]),
+    (CapKind, ["en", "cjk"]),
+    (Verdict, ["ok", "retry", "quota", "fail"]),
+    (CheckStatus, ["ok", "not_sent"]),
 ])
 def test_each_family_keeps_the_strings_old_runs_hold(family, values):
     assert [m.value for m in family] == values

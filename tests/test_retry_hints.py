@@ -8,8 +8,10 @@ from datetime import UTC, datetime
 import pytest
 
 from wildtrace.runtime.retry import (
-    FAIL, OK, QUOTA, RETRY, RetryPolicy, classify, error_text, parse_duration, retry_hint, temperature_rejected,
+    RetryPolicy, Verdict, classify, error_text, parse_duration, retry_hint, temperature_rejected,
 )
+
+OK, RETRY, QUOTA, FAIL = Verdict.OK, Verdict.RETRY, Verdict.QUOTA, Verdict.FAIL  # the tables' columns, short
 
 NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC).timestamp()
 IN_30_S = "Tue, 01 Dec 2026 12:00:30 GMT"

@@ -251,13 +251,14 @@ def test_a_judge_answered_by_another_model_is_unavailable_with_its_reason(tmp_pa
     for outcome in (result, again):
         rows = json.loads((outcome.out_dir / "judgments.json").read_text())
         assert [(r["status"], r["reason"], r["total"], r["served_model"]) for r in rows] == \
-            [(R.JudgmentStatus.UNAVAILABLE, f"served_model_mismatch: {served}", None, served)] * 2
+            [(R.JudgmentStatus.UNAVAILABLE, R.FailReason.SERVED_MODEL_MISMATCH, None, served)] * 2
+        assert all(r["error"].startswith(f"served by {served!r}, not the route") for r in rows)
         assert all(r["reply"] == JUDGE_OK for r in rows)  # the paid reply is kept, as evidence
         assert outcome.stats["served_models"]["judge_a"] == [served]
         assert outcome.stats["served_model_rules"]["judge_a"]["on_mismatch"] == "fail"
         assert [w["code"] for w in outcome.stats["warnings"]] == ["served_model_mismatch"]
         assert f"2 response(s) name {served!r}, not the route" in outcome.headline
-        assert f"served_model_mismatch: {served} 2" in outcome.headline
+        assert "(served_model_mismatch 2)" in outcome.headline
         assert outcome.summary["n_scored"] == 0 and outcome.exit_code == 1  # every judge call failed
     assert again.stats["cache_hits"] == 4  # two answers and two judgments
 
@@ -301,7 +302,8 @@ def test_the_model_warns_by_default_and_fails_when_set_so(tmp_path, test_key):
     (row,) = json.loads((warned.out_dir / "responses.json").read_text())
     assert row["status"] == R.AnswerStatus.ANSWERED and any("served_model_mismatch (warned)" in n for n in row["notes"])
     (row,) = json.loads((failed.out_dir / "responses.json").read_text())
-    assert (row["status"], row["reason"]) == (R.AnswerStatus.FAILED, "served_model_mismatch: other-model")
+    assert (row["status"], row["reason"], row["served_model"]) == \
+        (R.AnswerStatus.FAILED, R.FailReason.SERVED_MODEL_MISMATCH, "other-model")
 
 
 @pytest.mark.parametrize(("override", "message"), [

@@ -7,6 +7,7 @@ is). CJK documents get the smaller cjk cap because they pack more tokens per cha
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from enum import StrEnum
 
 from wildtrace.core.records import Scope
 
@@ -17,6 +18,13 @@ CJK_THRESHOLD = 20
 #: The one range the spec counts: 一 (U+4E00) to 鿿 (U+9FFF). Extension A, compatibility
 #: ideographs, kana and hangul deliberately do not count.
 CJK_FIRST, CJK_LAST = "\u4e00", "\u9fff"
+
+
+class CapKind(StrEnum):
+    """Which of the two caps applies to a document (a caps decision's ``cap_kind``)."""
+
+    EN = "en"
+    CJK = "cjk"  # more than CJK_THRESHOLD ideographs in the first CJK_WINDOW characters
 
 
 @dataclass
@@ -39,7 +47,7 @@ class CapsDecision:
 
     doc_chars: int
     ideographs: int
-    cap_kind: str  # "en" | "cjk"
+    cap_kind: CapKind
     cap: int
     scope: Scope
 
@@ -69,8 +77,8 @@ def decide(doc_chars: int, ideographs: int, caps: Caps) -> CapsDecision:
     Takes the document's length and its ideograph count rather than the text so that the
     loader can measure a large corpus once without keeping every document in memory.
     """
-    kind = "cjk" if is_cjk(ideographs) else "en"
-    cap = caps.cjk if kind == "cjk" else caps.en
+    kind = CapKind.CJK if is_cjk(ideographs) else CapKind.EN
+    cap = caps.cjk if kind == CapKind.CJK else caps.en
     scope = Scope.OUT_OF_CONTEXT if doc_chars > cap else Scope.IN_SCOPE
     return CapsDecision(doc_chars=doc_chars, ideographs=ideographs, cap_kind=kind, cap=cap, scope=scope)
 

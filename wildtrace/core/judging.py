@@ -25,6 +25,7 @@ import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from wildtrace.core import jsonsafe
@@ -44,6 +45,14 @@ _LITERALS = ("true", "false", "null", "NaN", "Infinity", "-Infinity")  # what js
 _FAIL = -1
 
 
+class ReplyReason(StrEnum):
+    """Why a judge's reply (it came back) gave no score: a judgment row's ``reason``."""
+
+    EMPTY_REPLY = "empty_reply"  # nothing but whitespace
+    NO_NUMERIC_TOTAL = "no_numeric_total"  # no JSON object with a numeric top-level ``total``
+    AMBIGUOUS_TOTAL = "ambiguous_total"  # grades with different totals (a plant the judge quoted)
+
+
 @dataclass(frozen=True)
 class JudgeVerdict:
     """What one judge reply yields: a score in [0, 1], or why there is none."""
@@ -51,7 +60,7 @@ class JudgeVerdict:
     total: float | None  #: the ``total`` read, as a float
     score: float | None  #: ``min(total / 100, 1)`` floored at 0; None when unavailable
     parsed: dict | None  #: the JSON object the total came from
-    reason: str | None  #: None when a score was read; else ``empty_reply``, ``no_numeric_total`` or ``ambiguous_total``
+    reason: ReplyReason | None  #: None when a score was read
 
     @property
     def available(self) -> bool:
@@ -219,7 +228,7 @@ def score_from_total(total: float) -> float:
     return max(0.0, min(total / 100.0, 1.0))
 
 
-def _unavailable(reason: str) -> JudgeVerdict:
+def _unavailable(reason: ReplyReason) -> JudgeVerdict:
     return JudgeVerdict(total=None, score=None, parsed=None, reason=reason)
 
 
@@ -245,18 +254,18 @@ def parse_judge_reply(text: str | None) -> JudgeVerdict:
     Only the last MAX_REPLY_CHARS characters are read. Never raises.
     """
     if not isinstance(text, str) or not text.strip():
-        return _unavailable("empty_reply")
+        return _unavailable(ReplyReason.EMPTY_REPLY)
     tail = text[-MAX_REPLY_CHARS:]
     grades = outermost(graded_objects(tail))
     if not grades:
-        return _unavailable("no_numeric_total")
+        return _unavailable(ReplyReason.NO_NUMERIC_TOTAL)
     if len({total for _, _, total in grades}) > 1:
-        return _unavailable("ambiguous_total")
+        return _unavailable(ReplyReason.AMBIGUOUS_TOTAL)
     start, end, total = grades[-1]
     try:
         parsed = jsonsafe.loads(tail[start:end])
     except ValueError:  # not reachable for an object the scan accepted; never trust that
-        return _unavailable("no_numeric_total")
+        return _unavailable(ReplyReason.NO_NUMERIC_TOTAL)
     return JudgeVerdict(total=total, score=score_from_total(total), parsed=parsed, reason=None)
 
 

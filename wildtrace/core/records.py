@@ -70,7 +70,7 @@ class TaskStatus(StrEnum):
 
 class FailReason(StrEnum):
     """Why a call failed (``CallResult.reason`` and a row's ``reason``; a row may also hold the judge
-    reply's reason (core/judging.py), the caps rule's words or a served-model mismatch)."""
+    reply's reason (core/judging.py) or the caps rule's words)."""
 
     REFUSAL = "refusal"
     EMPTY_OUTPUT = "empty_output"
@@ -82,6 +82,8 @@ class FailReason(StrEnum):
     BUDGET_EXHAUSTED = AnswerStatus.BUDGET_EXHAUSTED.value  # not sent: the spend cap held it back
     QUOTA_EXHAUSTED = "quota_exhausted"  # a quota / spend-limit / billing refusal: never cured by retrying
     RESPONSE_TOO_LARGE = "response_too_large"
+    SERVED_MODEL_MISMATCH = "served_model_mismatch"  # another model answered (the name is the row's served_model)
+    BATCH_TIMEOUT = "batch_timeout"  # a batch not finished within batch.max_wait_h (a rerun polls it again)
 
 
 class RunStatus(StrEnum):
@@ -136,7 +138,7 @@ class CallResult:
 
     ok: bool
     text: str | None
-    reason: str | None
+    reason: FailReason | None
     error: str | None
     finish_reason: str | None
     usage: Usage

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from wildtrace.core import frames, views
+from wildtrace.core.judging import ReplyReason
 from wildtrace.core.records import AnswerStatus, JudgmentStatus, TaskStatus
 from wildtrace.report import noise, stats
 from wildtrace.report.stats import DEFAULT_BOOTSTRAP, Bootstrap
@@ -422,7 +423,7 @@ def provenance(groups: Sequence[Group], duplicates: dict[str, str]) -> pd.DataFr
 
 # --------------------------------------------------------------------------- judge noise (issue 16)
 #: Judge reasons that mean the reply came back but held no usable total (core.judging).
-PARSE_FAILURES = ("empty_reply", "no_numeric_total")
+PARSE_FAILURES = (ReplyReason.EMPTY_REPLY, ReplyReason.NO_NUMERIC_TOTAL)
 
 
 def _answers_key(run: RunData) -> str:

@@ -475,7 +475,7 @@ class Endpoint:
         """Attempts until ``retry.next_step`` ends them: an outcome, or a Resend (not an attempt of the task)."""
         started, started_at = time.perf_counter(), time.time()
 
-        def failed(reason: str, error: str | None, attempts: int, attempt: Attempt | None = None) -> CallResult:
+        def failed(reason: FailReason, error: str | None, attempts: int, attempt: Attempt | None = None) -> CallResult:
             return CallResult(False, None, reason, error, None, Usage(), attempts, time.perf_counter() - started,
                               attempt.status if attempt else None, attempt.payload if attempt else None,
                               started_at=started_at)
@@ -719,7 +719,7 @@ class Endpoint:
         return f"HTTP {attempt.status}: {self.provider.error_message(attempt.payload)}"
 
     @staticmethod
-    def failure_reason(attempt: Attempt) -> str:
+    def failure_reason(attempt: Attempt) -> FailReason:
         """A final failure's reason: context_length when the provider says the prompt does not fit."""
         return failure_reason(attempt.status, attempt.payload)
 

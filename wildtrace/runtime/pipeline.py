@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from wildtrace.core.caps import CapsDecision
+from wildtrace.core.caps import CapKind, CapsDecision
 from wildtrace.core.events import RunObserver, TaskDone
 from wildtrace.core.judging import parse_judge_reply
 from wildtrace.core.prompts import answer_prompt, document_reference, judge_prompt
@@ -221,7 +221,7 @@ def survey(plan: Plan, cache: Cache) -> Survey:
             answer = _cached_ok(model, cache, planned.key)
             if answer is None:
                 out.answers_to_request += 1
-                out.planned.append(PlannedCall("model", planned.prompt_chars, decision.cap_kind == "cjk",
+                out.planned.append(PlannedCall("model", planned.prompt_chars, decision.cap_kind == CapKind.CJK,
                                                sampling.max_tokens))
             else:
                 out.answers_cached += 1
@@ -313,7 +313,8 @@ class _Run:
         assert plan.model is not None and decision.in_scope
         prompt = answer_prompt(task.question_text, read_document(plan.dataset.document(task).path))
         request = plan.model.provider.build_request(prompt, plan.answer_sampling)
-        cost = estimate_tokens(len(prompt), decision.cap_kind == "cjk", max_tokens=plan.answer_sampling.max_tokens)
+        cjk = decision.cap_kind == CapKind.CJK
+        cost = estimate_tokens(len(prompt), cjk, max_tokens=plan.answer_sampling.max_tokens)
         prepared = plan.model.prepare(request, plan.answer_replicate)
         # The bytes the plan hashed, byte for byte (the key says so): its prompt's sha256 is this one's.
         planned = plan.answers.get(task.question_id)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 
 from wildtrace.core.judging import parse_judge_reply
@@ -37,6 +38,13 @@ def prompt_for(spec: EndpointSpec) -> str:
     return answer_prompt(QUESTION, NOTE) if spec.label == "model" else judge_prompt(QUESTION, RUBRIC, ANSWER)
 
 
+class CheckStatus(StrEnum):
+    """A check that did not fail for a call's own reason (a ``FailReason`` says why one did)."""
+
+    OK = "ok"  # the endpoint answered
+    NOT_SENT = "not_sent"  # the endpoint's model list lacks the route: no paid call
+
+
 @dataclass(frozen=True)
 class Check:
     """One endpoint's preflight result, a row of the printed table."""
@@ -45,7 +53,7 @@ class Check:
     route: str  #: the route asked for
     served_model: str | None  #: the model the response says answered
     ok: bool  #: the endpoint answered (an empty reply or a refusal still proves key, route and settings)
-    status: str  #: "ok", or the failure reason
+    status: CheckStatus | FailReason
     http_status: int | None  #: the last HTTP status seen
     latency_s: float  #: wall time of the call, retries included
     temperature: str  #: "accepted", "rejected (omitted)", or "not sent"
@@ -64,7 +72,7 @@ def _temperature(spec: EndpointSpec, sampling: Sampling, sent: bool | str | None
 async def _one(spec: EndpointSpec, key: str | None, sampling: Sampling, retry: RetryPolicy,
                rule: ServedPolicy | None = None, listed: RouteStatus | None = None) -> Check:
     if listed is not None and listed.blocks:  # the list says the route is not there: no paid call
-        return Check(endpoint=spec.label, route=spec.route, served_model=None, ok=False, status="not_sent",
+        return Check(endpoint=spec.label, route=spec.route, served_model=None, ok=False, status=CheckStatus.NOT_SENT,
                      http_status=None, latency_s=0.0, temperature="not sent",
                      message=f"not sent: the endpoint's model list: {listed.text}", listing=listed.text)
     endpoint = make_endpoint(make_provider(spec), key, retry, Cache(Path(), enabled=False), lambda label: None)
@@ -78,9 +86,9 @@ async def _one(spec: EndpointSpec, key: str | None, sampling: Sampling, retry: R
         verdict = parse_judge_reply(result.text)
         message = f"total={verdict.total:g}" if verdict.available and verdict.total is not None else \
             f"reply has no usable total ({verdict.reason}): {message}"
-    status = "ok" if result.ok else str(result.reason)
-    if status.startswith(MISMATCH):
-        status, message = MISMATCH, result.error or message
+    status = CheckStatus.OK if result.ok or result.reason is None else result.reason
+    if status == MISMATCH:
+        message = result.error or message
     return Check(endpoint=spec.label, route=spec.route, served_model=result.served_model, ok=answered,
                  status=status, http_status=result.http_status, latency_s=round(result.latency_s, 3),
                  temperature=_temperature(spec, sampling, result.temperature_sent),

@@ -5,11 +5,12 @@ and is never retried ("no retries on content").
 
 Everything here is pure (no socket, no clock unless one is passed): ``retry_hint`` reads
 how long the server asks us to wait, ``classify`` says whether a failed attempt is worth
-another (``RETRY``), can never succeed until someone pays or waits a day (``QUOTA``), or is
-final (``FAIL``), ``temperature_rejected`` and ``budget_rejected`` recognise the 400 a model
-gives when it does not take a temperature or so large an output budget, and ``next_step``
-puts them together: the whole rule for an attempt that brought no answer, as one of
-``Retry``, ``Resend``, ``Fail`` or ``Quota`` (``Endpoint._fetch`` is a loop around it).
+another (``Verdict.RETRY``), can never succeed until someone pays or waits a day
+(``Verdict.QUOTA``), or is final (``Verdict.FAIL``), ``temperature_rejected`` and
+``budget_rejected`` recognise the 400 a model gives when it does not take a temperature or
+so large an output budget, and ``next_step`` puts them together: the whole rule for an
+attempt that brought no answer, as one of ``Retry``, ``Resend``, ``Fail`` or ``Quota``
+(``Endpoint._fetch`` is a loop around it).
 Bytes from outside are read within fixed bounds and never make these functions raise.
 """
 
@@ -25,15 +26,20 @@ import re
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
+from enum import StrEnum
 from typing import Any
 
 from wildtrace.core.records import FailReason
 
-#: ``classify`` results.
-OK = "ok"  # a 2xx: nothing to retry
-RETRY = "retry"  # transient: try again after ``retry_hint`` or backoff
-QUOTA = "quota"  # a quota, spend limit or billing stop: no retry can cure it today
-FAIL = "fail"  # final: the request itself is wrong (4xx), or the server said not to retry
+
+class Verdict(StrEnum):
+    """What ``classify`` says of one attempt's outcome."""
+
+    OK = "ok"  # a 2xx: nothing to retry
+    RETRY = "retry"  # transient: try again after ``retry_hint`` or backoff
+    QUOTA = "quota"  # a quota, spend limit or billing stop: no retry can cure it today
+    FAIL = "fail"  # final: the request itself is wrong (4xx), or the server said not to retry
+
 
 #: 4xx statuses a retry can cure: request timeout, conflict/lock, too early, rate limit.
 RETRY_4XX = frozenset({408, 409, 425, 429})
@@ -380,8 +386,8 @@ def _should_retry_header(headers: Mapping[str, str]) -> bool | None:
     return {"true": True, "false": False}.get(value)
 
 
-def classify(status: int | None, headers: Mapping[str, str], payload: Any) -> str:
-    """``OK``, ``RETRY``, ``QUOTA`` or ``FAIL`` for one attempt's outcome.
+def classify(status: int | None, headers: Mapping[str, str], payload: Any) -> Verdict:
+    """The ``Verdict`` on one attempt's outcome.
 
     No status (a timeout or transport error) retries. A quota or spend-limit refusal is
     ``QUOTA`` whatever the headers say; a 429 for one request larger than the whole
@@ -390,17 +396,17 @@ def classify(status: int | None, headers: Mapping[str, str], payload: Any) -> st
     (CDNs answer 520–524, Anthropic 529) retry and everything else fails.
     """
     if status is None:
-        return RETRY
+        return Verdict.RETRY
     if 200 <= status < 300:
-        return OK
+        return Verdict.OK
     if is_quota(status, payload):
-        return QUOTA
+        return Verdict.QUOTA
     if is_too_large_for_rate_limit(status, payload):
-        return FAIL
+        return Verdict.FAIL
     told = _should_retry_header(headers)
     if told is not None:
-        return RETRY if told else FAIL
-    return RETRY if status in RETRY_4XX or 500 <= status < 600 else FAIL
+        return Verdict.RETRY if told else Verdict.FAIL
+    return Verdict.RETRY if status in RETRY_4XX or 500 <= status < 600 else Verdict.FAIL
 
 
 def temperature_rejected(status: int, payload: Any) -> bool:
@@ -431,7 +437,7 @@ def budget_rejected(status: int | None, payload: Any) -> bool:
     return _BUDGET_REJECTED.search(error_text(payload).translate(_QUOTES)) is not None
 
 
-def failure_reason(status: int | None, payload: Any) -> str:
+def failure_reason(status: int | None, payload: Any) -> FailReason:
     """A final failure's reason: ``context_length`` when the provider says the prompt does not fit."""
     text = json.dumps(payload, default=str).lower() if payload is not None else ""
     if status in (400, 413, 422) and any(m in text for m in CONTEXT_LENGTH_MARKERS):
@@ -488,9 +494,9 @@ class Resend:
 
 @dataclass(frozen=True)
 class Fail:
-    """A final outcome: the call failed with ``reason`` (a records reason) and ``error``."""
+    """A final outcome: the call failed with ``reason`` and ``error``."""
 
-    reason: str
+    reason: FailReason
     error: str
 
 
@@ -522,9 +528,9 @@ def next_step(seen: Seen, policy: RetryPolicy) -> Step:
         if resend is not None:
             return resend
         verdict = classify(seen.status, seen.headers, seen.payload)
-        if verdict == QUOTA:
+        if verdict == Verdict.QUOTA:
             return Quota(seen.error)
-        if verdict == FAIL:
+        if verdict == Verdict.FAIL:
             return Fail(failure_reason(seen.status, seen.payload), seen.error)
     if seen.attempt_no > policy.max_retries:
         return Fail(FailReason.BAD_RESPONSE if seen.bad else FailReason.RETRIES_EXHAUSTED, seen.error)

@@ -11,7 +11,8 @@ each endpoint's ``served_model: {expect, on_mismatch}`` says what it must be:
   gateway prefix (``mr.``) and release suffix (``-2025-04-14``, ``-20260217``, ``-001``); a
   route that carries a date accepts that date only.
 - ``on_mismatch``: ``fail`` (a judge's default) turns the call into a failure with reason
-  ``served_model_mismatch: <served>``; ``warn`` (the model's default) keeps it and the run warns.
+  ``served_model_mismatch`` (the served name is the record's ``served_model``); ``warn`` (the
+  model's default) keeps it and the run warns.
 
 The rule is applied where the outcome is recorded, on every read: a mismatched response
 stays in the cache (it was paid for, and is evidence) but is refused each time it is read
@@ -33,8 +34,8 @@ from wildtrace.providers.registry import provider_class
 if TYPE_CHECKING:
     from wildtrace.config import EndpointConfig, WildtraceConfig
 
-#: The reason a refused call carries (``served_model_mismatch: <served>``).
-MISMATCH = "served_model_mismatch"
+#: The reason a refused call carries, and the code of the run's warning about it.
+MISMATCH = FailReason.SERVED_MODEL_MISMATCH
 #: A served name from outside is read to this many characters (it is matched, never trusted).
 MAX_SERVED_CHARS = 200
 #: A release suffix on a route or a served name: -20260217, @20260217, -2026-02-17, -001, -260628, -09-2025.
@@ -116,7 +117,7 @@ def enforce(policy: ServedPolicy | None, result: CallResult) -> CallResult:
         return replace(result, notes=(*result.notes, f"{MISMATCH} (warned): {why}"))
     if not result.ok and result.reason != FailReason.EMPTY_OUTPUT and result.reason != FailReason.REFUSAL:
         return result  # already a failure for its own reason
-    return replace(result, ok=False, reason=f"{MISMATCH}: {shown}",
+    return replace(result, ok=False, reason=MISMATCH,
                    error=f"{why}: the reply is not used (served_model.on_mismatch=fail)")
 
 
@@ -131,7 +132,7 @@ def warnings(rules: dict[str, ServedPolicy], served: dict[str, dict[str, int]],
              routes: dict[str, str]) -> list[tuple[str, str]]:
     """(code, message) per endpoint whose responses broke its rule: ``served_model`` (warned) or
     ``served_model_mismatch``."""
-    out = []
+    out: list[tuple[str, str]] = []
     for label, counts in served.items():
         policy = rules.get(label)
         for name, n in sorted(mismatches(policy, counts).items()):

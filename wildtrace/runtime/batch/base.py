@@ -22,10 +22,8 @@ import httpx
 
 from wildtrace.runtime.http import decode_json, proxy_for
 from wildtrace.runtime.retry import (
-    FAIL,
-    QUOTA,
-    RETRY,
     RetryPolicy,
+    Verdict,
     classify,
     retry_hint,
 )
@@ -73,7 +71,7 @@ class Line:
 class BatchError(Exception):
     """A control request that failed for good: its status, the provider's words and the verdict."""
 
-    def __init__(self, message: str, status: int | None = None, verdict: str = FAIL) -> None:
+    def __init__(self, message: str, status: int | None = None, verdict: Verdict = Verdict.FAIL) -> None:
         super().__init__(redact(message))
         self.status, self.verdict = status, verdict
 
@@ -111,10 +109,11 @@ class Control:
             status, headers, payload, failure = await self._once(method, url, kwargs, limit)
             if failure is None and status is not None and 200 <= status < 300:
                 return payload
-            verdict = RETRY if failure is not None else classify(status, headers, payload)
+            verdict = Verdict.RETRY if failure is not None else classify(status, headers, payload)
             error = failure or f"HTTP {status}: {_message(payload)}"
-            if verdict in (FAIL, QUOTA) or attempt_no > self.retry.max_retries:
-                raise BatchError(f"{method} {url}: {error}", status, verdict if verdict != RETRY else FAIL)
+            if verdict in (Verdict.FAIL, Verdict.QUOTA) or attempt_no > self.retry.max_retries:
+                final = verdict if verdict != Verdict.RETRY else Verdict.FAIL
+                raise BatchError(f"{method} {url}: {error}", status, final)
             hint = retry_hint(headers, payload) if status is not None else None
             await asyncio.sleep(self.retry.delay(attempt_no, hint, self._rng))
         raise AssertionError("unreachable: the loop returns or raises")
@@ -174,10 +173,10 @@ class Control:
                 failure, status, headers, payload = f"timeout: {type(exc).__name__}", None, {}, None
             except (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError) as exc:
                 failure, status, headers, payload = f"transport_error: {type(exc).__name__}: {exc}", None, {}, None
-            verdict = RETRY if failure else classify(status, headers, payload)
-            if verdict != RETRY or attempt_no > self.retry.max_retries:
+            verdict = Verdict.RETRY if failure else classify(status, headers, payload)
+            if verdict != Verdict.RETRY or attempt_no > self.retry.max_retries:
                 raise BatchError(f"GET {url}: {failure or f'HTTP {status}: {_message(payload)}'}", status,
-                                 verdict if verdict != RETRY else FAIL)
+                                 verdict if verdict != Verdict.RETRY else Verdict.FAIL)
             await asyncio.sleep(self.retry.delay(attempt_no, retry_hint(headers, payload) if status else None,
                                                  self._rng))
 

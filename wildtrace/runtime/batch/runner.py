@@ -40,13 +40,11 @@ from wildtrace.runtime.batch.base import (
 from wildtrace.runtime.batch.ledger import BatchRecord, Ledger
 from wildtrace.runtime.budget import Ticket
 from wildtrace.runtime.http import Attempt, Endpoint, interpret, is_storable
-from wildtrace.runtime.retry import FAIL, QUOTA, classify
+from wildtrace.runtime.retry import Verdict, classify
 from wildtrace.runtime.secrets import redact
 
 log = logging.getLogger(__name__)
 
-#: The failure reason of an item whose batch outlasted ``batch.max_wait_h``.
-BATCH_TIMEOUT = "batch_timeout"
 #: The state of a batch the provider answers 404 for.
 MISSING = "missing"
 
@@ -158,8 +156,8 @@ class Runner:
         except BatchError as exc:
             log.warning("%s: creating a %s batch of %d requests failed: %s", self.label, self.api.provider,
                         len(keys), exc)
-            reason = FailReason.QUOTA_EXHAUSTED if exc.verdict == QUOTA else FailReason.HTTP_ERROR
-            if exc.verdict == QUOTA:
+            reason = FailReason.QUOTA_EXHAUSTED if exc.verdict == Verdict.QUOTA else FailReason.HTTP_ERROR
+            if exc.verdict == Verdict.QUOTA:
                 self.endpoint.quota_error = str(exc)
             for key in keys:
                 self._resolve(key, self._failure(key, reason, str(exc), exc.status, None))
@@ -227,9 +225,9 @@ class Runner:
             if time.time() - record.created_at > self.max_wait_s:
                 for key in record.custom_ids:
                     if key in self.wants:
-                        self._resolve(key, self._failure(key, BATCH_TIMEOUT, f"batch {record.batch_id} not finished "
-                                                         f"after batch.max_wait_h={self.max_wait_s / 3600:g}; it "
-                                                         "stays recorded and a rerun polls it again", None, None))
+                        why = (f"batch {record.batch_id} not finished after batch.max_wait_h="
+                               f"{self.max_wait_s / 3600:g}; it stays recorded and a rerun polls it again")
+                        self._resolve(key, self._failure(key, FailReason.BATCH_TIMEOUT, why, None, None))
                 return None
             try:
                 await asyncio.wait_for(self.stop.wait(), timeout=self.poll_s)
@@ -258,10 +256,10 @@ class Runner:
             status = disguised
         error = f"HTTP {status}: {line.error or self.endpoint.provider.error_message(line.payload)}"
         verdict = classify(status, {}, line.payload)
-        if verdict == QUOTA:
+        if verdict == Verdict.QUOTA:
             self.endpoint.quota_error = error
             self._resolve(key, self._failure(key, FailReason.QUOTA_EXHAUSTED, error, status, line.payload, record))
-        elif verdict == FAIL:
+        elif verdict == Verdict.FAIL:
             reason = Endpoint.failure_reason(Attempt(status=status, payload=line.payload))
             self._resolve(key, self._failure(key, reason, error, status, line.payload, record))
         else:
@@ -273,14 +271,14 @@ class Runner:
         note = f"batched: {self.api.provider} batch {record.batch_id}" if record else "batched"
         return replace(result, batched=True, notes=(*result.notes, note))
 
-    def _failure(self, key: str, reason: str, error: str, status: int | None, payload: Any,
+    def _failure(self, key: str, reason: FailReason, error: str, status: int | None, payload: Any,
                  record: BatchRecord | None = None) -> CallResult:
         started = record.created_at if record else None
         return self._mark(record, CallResult(False, None, reason, redact(error), None, Usage(), self.attempts[key],
                                              time.time() - started if started else 0.0, status, redact(payload),
                                              started_at=started))
 
-    def _fail_all(self, keys: list[str], reason: str, error: str) -> None:
+    def _fail_all(self, keys: list[str], reason: FailReason, error: str) -> None:
         for key in keys:
             self._resolve(key, self._failure(key, reason, error, None, None))
 
