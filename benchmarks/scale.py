@@ -257,6 +257,9 @@ def _logged(out_dir: Path) -> bool:
 
 def worker(spec_path: Path) -> None:
     """Run the harness once as the spec file says; write the measurements next to it."""
+    from wildtrace.tracking.process import prestart
+
+    prestart()  # as the entry point's main() does, before the config is composed
     import resource
 
     from wildtrace.app import observer_for

@@ -210,3 +210,24 @@ def test_the_error_line_format_is_hydras() -> None:
 
     job_logging = OmegaConf.load(Path(hydra.__file__).parent / "conf" / "hydra" / "job_logging" / "default.yaml")
     assert job_logging.formatters.simple.format == LOG_FORMAT
+
+
+@pytest.mark.parametrize(("argv", "want"), [
+    ([], True),
+    (["model=qwen3-max", "decoding.temperature=0.3"], True),
+    (["mlflow.enabled=false"], False),
+    (["mlflow.enabled=False"], False),
+    (["++mlflow.enabled=off"], False),
+    (["mlflow.enabled=true"], True),
+    (["mlflow.experiment=false"], True),
+    (["-m", "decoding.temperature=0,0.7"], False),  # a sweep: each job starts its own
+    (["--multirun", "decoding.temperature=0,0.7"], False),
+    (["--help"], False),
+    (["--hydra-help"], False),
+    (["--cfg", "job"], False),
+    (["--info"], False),
+])
+def test_the_logging_process_is_prestarted_only_for_one_job_that_logs(argv, want):
+    from wildtrace.app import prestart_wanted
+
+    assert prestart_wanted(argv) is want

@@ -205,3 +205,63 @@ def test_the_childs_pyarrow_allocates_from_malloc_unless_the_user_chose(tmp_path
     obs.run_started(s.start())
     assert obs.run_finished(RunEnd(str(s.out_dir), "finished")) is not None
     assert obs.process.wait(30) == 0
+
+
+def _busy(pid: int, cpu_s: float = 0.5, timeout: float = 60.0) -> bool:
+    """Whether the process used ``cpu_s`` of CPU (an interpreter waiting on its pipe uses a tenth of that)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return False
+        if (int(fields[11]) + int(fields[12])) / tick >= cpu_s:  # utime + stime
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_a_prestarted_child_imports_mlflow_at_once_and_the_run_adopts_it(tmp_path):
+    P.prestart()
+    parked = P._prestarted
+    assert parked is not None
+    P.prestart()  # a second call starts no second child
+    assert P._prestarted is parked
+    s = scripted_run(tmp_path)
+    obs = observer_for(s)
+    assert obs.process is parked[0] and P._prestarted is None  # adopted: no second logging process
+    obs.run_started(s.start())
+    for done in s.dones:
+        obs.task_done(done)
+    run_id = obs.run_finished(RunEnd(str(s.out_dir), "finished"))
+    assert run_id is not None and obs.process.wait(30) == 0
+    assert s.client().get_run(run_id).info.status == "FINISHED"
+    assert len(traces_of(s.client(), run_id, False)) == len(s.dones)
+
+
+def test_a_prestarted_child_the_run_does_not_want_ends_without_logging(tmp_path):
+    P.prestart()
+    parked = P._prestarted
+    assert parked is not None
+    pid = parked[0].pid
+    store = tmp_path / "mlflow.db"
+    assert _busy(pid)  # importing MLflow before it was told anything (while the config is composed)
+    P.discard_prestarted()
+    assert P._prestarted is None and parked[0].wait(30) == 0
+    assert not store.exists()  # told nothing, it opened nothing
+    P.discard_prestarted()  # nothing parked: a no-op
+
+
+def test_a_dead_prestarted_child_is_not_adopted(tmp_path):
+    P.prestart()
+    parked = P._prestarted
+    assert parked is not None
+    parked[0].kill()
+    parked[0].wait(30)
+    s = scripted_run(tmp_path)
+    obs = observer_for(s)
+    assert obs.process is not None and obs.process.pid != parked[0].pid  # a fresh child instead
+    obs.run_started(s.start())
+    assert obs.run_finished(RunEnd(str(s.out_dir), "finished")) is not None
+    assert obs.process.wait(30) == 0

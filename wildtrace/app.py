@@ -178,9 +178,11 @@ def observer_for(settings: WildtraceConfig, parent_run_id: str | None = None) ->
     A local store that cannot be opened is found here, before any request: a ConfigError
     (exit 2) naming the path when ``mlflow.required``, else one warning and an unlogged run.
     """
+    from wildtrace.tracking.process import ProcessObserver, discard_prestarted
+
     if not settings.mlflow.enabled:
+        discard_prestarted()
         return RunObserver()
-    from wildtrace.tracking.process import ProcessObserver
     from wildtrace.tracking.store import StoreUnusable, check_store
 
     m = settings.mlflow
@@ -192,6 +194,7 @@ def observer_for(settings: WildtraceConfig, parent_run_id: str | None = None) ->
                               "mlflow.enabled=false without MLflow)") from None
         from wildtrace.tracking.observer import UnloggedObserver
 
+        discard_prestarted()
         text = str(exc)
         log.warning("%s; the run goes on unlogged (mlflow.required=false)", text[:1].upper() + text[1:])
         return UnloggedObserver(text, parent_run_id)
@@ -236,8 +239,32 @@ def _job(dict_cfg: DictConfig) -> float | None:
     return result.summary["overall"] if result.summary else None
 
 
+def prestart_wanted(argv: list[str]) -> bool:
+    """Whether a command line runs one job that logs to MLflow as far as its flags say (``main`` then
+    starts the logging process before Hydra composes; a wrong guess costs a process, never a result).
+
+    Not for Hydra's own pages (``--help``, ``--cfg``, ``--info``, …), a sweep (its launcher runs
+    no job itself; each job starts its own), nor ``mlflow.enabled=false`` given on the line.
+    """
+    from hydra._internal.utils import get_args_parser
+
+    known, _ = get_args_parser().parse_known_args(argv)
+    if known.multirun or known.help or known.hydra_help or known.cfg or known.info or known.shell_completion:
+        return False
+    return not any(o.replace(" ", "").lower() in MLFLOW_OFF for o in known.overrides or [])
+
+
+#: ``mlflow.enabled`` set false on the command line, as OmegaConf reads a bool.
+MLFLOW_OFF = frozenset(f"{prefix}mlflow.enabled={v}" for prefix in ("", "++")
+                       for v in ("false", "no", "off", "0"))
+
+
 def main() -> None:
     """Console script and ``python -m wildtrace``."""
+    if prestart_wanted(sys.argv[1:]):
+        from wildtrace.tracking.process import prestart
+
+        prestart()
     check_command_line("wildtrace")
     _job()
 

@@ -7,7 +7,8 @@ its wall-time target; with MLflow off the same run met it. In a child process th
 work runs on its own interpreter (and on another core when there is one).
 
 ``ProcessObserver`` is the run's observer: it starts the child when it is made (so MLflow
-is imported while the dataset loads), and forwards the events the child's
+is imported while the dataset loads), or adopts the one ``prestart`` started as the entry
+point began (so MLflow is imported while Hydra composes, too), and forwards the events the child's
 ``MlflowObserver`` listens to. A thread pickles and writes them, so the event loop never
 blocks on the pipe. The child's log records come back and are logged here, through this
 process's handlers (and their redaction). Nothing here raises:
@@ -65,6 +66,8 @@ QUIET_ENV = {"MLFLOW_DISABLE_TELEMETRY": "true"}
 #: scale: this process's peak 301-304 MB with the pool, 280 MB without.
 MEMORY_ENV = {"ARROW_DEFAULT_MEMORY_POOL": "system"}
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[2])
+#: A child started by ``prestart`` and not yet adopted by a ``ProcessObserver``.
+_prestarted: tuple[subprocess.Popen, Connection, Connection] | None = None
 
 
 class _Shared:
@@ -92,7 +95,7 @@ class ProcessObserver(RunObserver):
         self._outbox: queue.SimpleQueue = queue.SimpleQueue()
         self.process: subprocess.Popen | None = None
         try:
-            self.process, sender, receiver = _spawn()
+            self.process, sender, receiver = take_prestarted() or _spawn()
         except OSError as exc:
             log.warning("MLflow: could not start the logging process (%s); logging from this process", exc)
             from wildtrace.tracking.observer import MlflowObserver as InProcess
@@ -148,6 +151,47 @@ class ProcessObserver(RunObserver):
         self.process.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(EXIT_WAIT_S)
+
+
+def prestart() -> None:
+    """Start the logging process now, before the run's config exists; the run's ``ProcessObserver`` adopts it.
+
+    The entry point calls this first thing: the child's MLflow import (seconds of CPU, on
+    another core) then overlaps Hydra's compose and the plan instead of following them. A
+    child never adopted (MLflow turned off by the config, a refused command) ends at
+    ``discard_prestarted`` or when this process does: it sees its pipe close before any
+    event, and nothing is logged.
+    """
+    global _prestarted
+    if _prestarted is None:
+        with contextlib.suppress(OSError):  # the observer spawns (or falls back) as it always did
+            _prestarted = _spawn()
+
+
+def take_prestarted() -> tuple[subprocess.Popen, Connection, Connection] | None:
+    """The prestarted child, if there is one still running (then it is no longer parked)."""
+    global _prestarted
+    parked, _prestarted = _prestarted, None
+    if parked is not None and parked[0].poll() is None:
+        return parked
+    if parked is not None:
+        _release(parked)
+    return None
+
+
+def discard_prestarted() -> None:
+    """End the prestarted child unused (the run logs nothing to MLflow)."""
+    parked = take_prestarted()
+    if parked is not None:
+        _release(parked)
+
+
+def _release(parked: tuple[subprocess.Popen, Connection, Connection]) -> None:
+    process, sender, receiver = parked
+    for conn in (sender, receiver):  # its pipe closes: the child returns before any MLflow call
+        with contextlib.suppress(OSError):
+            conn.close()
+    threading.Thread(target=process.wait, name="wildtrace-mlflow-reap", daemon=True).start()  # no zombie
 
 
 def _spawn() -> tuple[subprocess.Popen, Connection, Connection]:
@@ -279,12 +323,13 @@ def child_main(in_fd: int, out_fd: int) -> int:
 
     root = logging.getLogger()
     root.handlers[:] = [_Forward(send)]
+    # Before the settings arrive: a prestarted child imports while the run's config is composed.
+    threading.Thread(target=_warm, name="wildtrace-mlflow-import", daemon=True).start()
     try:
         _kind, kwargs, level = inbox.recv()
     except (EOFError, OSError):
-        return 0  # the run ended before it started
+        return 0  # the run ended before it started (or never wanted MLflow)
     root.setLevel(level)
-    threading.Thread(target=_warm, name="wildtrace-mlflow-import", daemon=True).start()
     from wildtrace.tracking.observer import MlflowObserver
 
     observer = MlflowObserver(**kwargs)
