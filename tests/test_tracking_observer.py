@@ -324,3 +324,42 @@ def test_a_partial_run_is_closed_killed(tmp_path):
     run_id = obs.run_finished(RunEnd(str(s.out_dir), "partial"))
     assert s.client().get_run(run_id).info.status == "KILLED"
     assert read_marker(s.out_dir)["status"] == "partial"
+
+
+def test_an_existing_local_store_is_opened_before_the_run_starts_and_a_new_one_is_left_alone(tmp_path):
+    from wildtrace.tracking import store as store_module
+    from wildtrace.tracking.store import sqlite_path
+
+    s = scripted_run(tmp_path)
+    db = sqlite_path(s.uri)
+    assert db is not None and not db.exists()
+    fresh = s.observer()
+    fresh.open_early()  # a store still to be made waits for the run: a refused command leaves none behind
+    assert fresh._opener is None and not db.exists()
+    first = s.observer()  # the first run makes the store
+    first.run_started(s.start())
+    assert first.run_finished(RunEnd(str(s.out_dir), "finished")) is not None
+    store_module._READY.discard(s.uri)  # as a new process finds it
+    again = s.observer()
+    again.open_early()
+    assert again._opener is not None
+    again._opener.join(60)
+    assert s.uri in store_module._READY  # opened (checked, its schema verified) before any event
+    again.run_started(s.start())
+    run_id = again.run_finished(RunEnd(str(s.out_dir), "finished"))
+    assert run_id is not None and s.client().get_run(run_id).info.status == "FINISHED"
+    assert len(traces_of(s.client(), run_id, False)) == len(s.dones)  # the end of the run traces them from the files
+
+
+def test_a_failing_early_open_is_reported_by_the_run_itself(tmp_path, caplog):
+    s = scripted_run(tmp_path)
+    db = tmp_path / "broken.db"
+    db.write_bytes(b"not a database at all" * 100)
+    obs = MlflowObserver(f"sqlite:///{db}", "wildtrace")
+    obs.open_early()
+    assert obs._opener is not None
+    obs._opener.join(60)  # it failed quietly
+    obs.run_started(s.start())
+    assert obs.run_finished(RunEnd(str(s.out_dir), "finished")) is None
+    assert read_marker(s.out_dir)["status"] == "not_logged"
+    assert "could not start a run" in caplog.text  # said once, by the run's own open

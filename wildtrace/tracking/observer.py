@@ -9,6 +9,7 @@ the run later (which completes this same MLflow run, see ``mlflow_logger``).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 from pathlib import Path
@@ -18,7 +19,7 @@ from wildtrace.core.records import LogStatus, RunStatus
 from wildtrace.tracking.mlflow_logger import (TRACE_WAIT_S, Target, complete_run, create_run, logged_status,
                                               open_target, read_run_dir, reason_of, say_not_logged, write_marker)
 from wildtrace.tracking.documents import DocumentUploader
-from wildtrace.tracking.store import log, terminate_quietly
+from wildtrace.tracking.store import client_for, log, sqlite_path, terminate_quietly
 from wildtrace.tracking.traces import TraceExporter, TraceTarget
 
 #: RunEnd.status → the MLflow status a run that cannot be logged is closed with.
@@ -44,6 +45,7 @@ class MlflowObserver(RunObserver):
         self._lock = threading.Lock()
         self._pending: list[TaskDone] = []  # tasks done before the MLflow run existed
         self._starter: threading.Thread | None = None
+        self._opener: threading.Thread | None = None
         self.documents: DocumentUploader | None = None  # shared with the end of the run: one upload each
 
     def _config(self, config: dict) -> dict:
@@ -51,6 +53,23 @@ class MlflowObserver(RunObserver):
         mlflow = {**config.get("mlflow", {}), "tracking_uri": self.tracking_uri, "experiment": self.experiment,
                   "artifact_location": self.artifact_location, "log_documents": self.log_documents}
         return {**config, "mlflow": mlflow}
+
+    def open_early(self) -> None:
+        """Open an existing local store on a thread now, before the run's config arrives.
+
+        Its import and schema check (about a second) then overlap the run's plan instead of
+        following it. A store still to be made, a server or another database waits for the
+        run: a command refused before its first request leaves no store behind.
+        """
+        db = sqlite_path(self.tracking_uri)
+        if db is None or not db.is_file():
+            return
+        self._opener = threading.Thread(target=self._open_quietly, name="wildtrace-mlflow-open", daemon=True)
+        self._opener.start()
+
+    def _open_quietly(self) -> None:
+        with contextlib.suppress(Exception):  # the run's own open (``_start``) meets it again and reports it
+            client_for(self.tracking_uri)
 
     def run_started(self, start: RunStart) -> None:
         """Create the MLflow run off the event loop and leave its id in the run directory as soon as it exists.
@@ -72,6 +91,8 @@ class MlflowObserver(RunObserver):
         return True
 
     def _start(self, start: RunStart) -> None:
+        if self._opener is not None:
+            self._opener.join()
         try:
             config = self._config(start.config)
             target = open_target(self.tracking_uri, config, self.experiment)

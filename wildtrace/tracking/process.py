@@ -333,6 +333,7 @@ def child_main(in_fd: int, out_fd: int) -> int:
     from wildtrace.tracking.observer import MlflowObserver
 
     observer = MlflowObserver(**kwargs)
+    observer.open_early()
     started: RunStart | None = None
     while True:
         try:
