@@ -67,6 +67,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
 
 from loopback import Call, LoopbackServer, Reply, chat  # noqa: E402
 from synthetic import Release, ReleaseShape, ensure_release  # noqa: E402
+from wildtrace.core.records import LogStatus  # noqa: E402
 
 log = logging.getLogger("wildtrace.bench.scale")
 KEY_ENV = "WILDTRACE_TEST_KEY"  # the name tests/conftest.py's judge entries read
@@ -252,7 +253,7 @@ def harness_settings(spec: dict) -> Any:
 
 def _logged(out_dir: Path) -> bool:
     marker = out_dir / "mlflow.json"
-    return marker.exists() and json.loads(marker.read_text()).get("status") == "logged"
+    return marker.exists() and json.loads(marker.read_text()).get("status") == LogStatus.LOGGED
 
 
 def worker(spec_path: Path) -> None:

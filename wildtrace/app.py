@@ -239,6 +239,11 @@ def _job(dict_cfg: DictConfig) -> float | None:
     return result.summary["overall"] if result.summary else None
 
 
+#: ``mlflow.enabled`` set false on the command line, as OmegaConf reads a bool.
+MLFLOW_OFF = frozenset(f"{prefix}mlflow.enabled={v}" for prefix in ("", "++")
+                       for v in ("false", "no", "off", "0"))
+
+
 def prestart_wanted(argv: list[str]) -> bool:
     """Whether a command line runs one job that logs to MLflow as far as its flags say (``main`` then
     starts the logging process before Hydra composes; a wrong guess costs a process, never a result).
@@ -253,10 +258,6 @@ def prestart_wanted(argv: list[str]) -> bool:
         return False
     return not any(o.replace(" ", "").lower() in MLFLOW_OFF for o in known.overrides or [])
 
-
-#: ``mlflow.enabled`` set false on the command line, as OmegaConf reads a bool.
-MLFLOW_OFF = frozenset(f"{prefix}mlflow.enabled={v}" for prefix in ("", "++")
-                       for v in ("false", "no", "off", "0"))
 
 
 def main() -> None:

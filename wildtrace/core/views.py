@@ -58,7 +58,7 @@ def sum_as_numpy(values: Iterable[float]) -> float:
 def mean(values: Iterable[float]) -> float | None:
     """Their mean as pandas' ``Series.mean`` gives it (None for no values)."""
     floats = [float(v) for v in values]
-    return _pairwise_sum(floats, 0, len(floats)) / len(floats) if floats else None
+    return sum_as_numpy(floats) / len(floats) if floats else None
 
 
 def _score(row: Mapping[str, Any]) -> float | None:
