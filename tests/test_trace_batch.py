@@ -83,6 +83,77 @@ def test_a_batch_stores_the_rows_one_start_trace_each_stores(tmp_path):
         assert got[table] == expected[table], table
 
 
+def test_with_mlflows_trace_rollups_on_a_batch_still_stores_the_same_rows(tmp_path, monkeypatch):
+    """Rollups lock a queue row per trace by reading it back: each trace then flushes on its own, as in MLflow."""
+    monkeypatch.setenv("MLFLOW_SQL_TRACE_ROLLUPS_ENABLED", "true")
+    flushes = counted_flushes(monkeypatch)
+    one_by_one, batched = store_both_ways(tmp_path, tasks(12))
+    expected, got = rows(one_by_one), rows(batched)
+    assert expected.keys() == got.keys()
+    for table in expected:
+        assert got[table] == expected[table], table
+    assert len(flushes) >= 2 * 12  # every trace flushed, in both stores
+
+
+def counted_flushes(monkeypatch) -> list[int]:
+    """One entry per real flush of any SQLAlchemy session from now on (how many objects it wrote)."""
+    from sqlalchemy.orm import Session
+
+    flushes: list[int] = []
+    real = Session._flush
+
+    def counted(self, *args, **kwargs):
+        flushes.append(len(self.new))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Session, "_flush", counted)
+    return flushes
+
+
+def test_a_batchs_rows_are_flushed_once_at_its_end(tmp_path, monkeypatch):
+    uri, target = fresh_store(tmp_path)
+    client = tracing_client(uri)
+    traces = [build_trace(d, target) for d in tasks(20)]
+    flushes = counted_flushes(monkeypatch)
+    sessions, real_one_flush = [], trace_batch._one_flush
+
+    def seen(session):
+        sessions.append(session)
+        return real_one_flush(session)
+
+    monkeypatch.setattr(trace_batch, "_one_flush", seen)
+    assert trace_batch.start_traces(client, [t.info for t in traces]) == []
+    # One flush, of every trace's info, tags, metadata and assessments (MLflow's own path: one a trace).
+    assert len(flushes) == 1
+    assert flushes[0] >= 20 * (1 + len(traces[0].info.tags) + len(traces[0].info.assessments))
+    assert len(sessions) == 1 and "flush" not in vars(sessions[0])  # the batch's no-op flush is gone again
+    assert len(traced_tasks(client_for(uri), target)) == 20
+
+
+def test_a_batch_whose_one_flush_fails_is_rolled_back_whole_and_goes_one_by_one(tmp_path, monkeypatch):
+    uri, target = fresh_store(tmp_path)
+    client = tracing_client(uri)
+    traces = [build_trace(d, target) for d in tasks(8)]
+    from sqlalchemy.orm import Session
+
+    real, calls = Session._flush, []
+
+    def fail_first(self, *args, **kwargs):
+        calls.append(len(self.new))
+        if len(calls) == 1:
+            raise RuntimeError("disk I/O error")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Session, "_flush", fail_first)
+    assert trace_batch.start_traces(client, [t.info for t in traces]) == []
+    assert calls[0] >= 8  # the batch's one flush, of all its rows, failed …
+    assert len(calls) > 8  # … and each trace went on its own after the rollback
+    log_spans(client, target.experiment_id, [s for t in traces for s in t.data.spans])
+    found = traced_tasks(client_for(uri), target)
+    assert sorted(found) == sorted(f"q{i}" for i in range(8))
+    assert all(s.has_spans and s.assessments == 2 for s in found.values())
+
+
 def test_a_batch_is_one_transaction(tmp_path, monkeypatch):
     uri, target = fresh_store(tmp_path)
     client = tracing_client(uri)
@@ -181,3 +252,19 @@ def test_a_batch_too_small_to_share_goes_as_before(tmp_path, n):
     assert trace_batch.start_traces(client, [t.info for t in traces]) == []
     assert not getattr(client.store, "_wildtrace_batches", False)
     assert len(traced_tasks(client_for(uri), target)) == n
+
+
+def test_the_trace_write_benchmark_stores_its_traces_and_says_what_each_cost():
+    import re
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "traces.py"
+    out = subprocess.run([sys.executable, str(script), "--traces", "7", "--repeat", "1"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    half = r"[\d.]+ s \(([\d.]+) ms CPU a trace\)"
+    line = re.fullmatch(rf"7 traces: infos {half}, spans {half}, together ([\d.]+) ms CPU a trace", out.stdout.strip())
+    assert line, out.stdout
+    infos, spans, together = map(float, line.groups())
+    assert infos > 0 and spans > 0 and abs(infos + spans - together) < 0.02

@@ -1,0 +1,67 @@
+"""What MLflow's SQL store costs per trace, as wildtrace stores them (issue 19, item 8).
+
+Builds ``--traces`` traces shaped like a judged task's (a root, the caps decision, the answer
+and two judges' spans, two feedbacks) and stores them into a fresh SQLite store the way the
+trace exporter does: the infos of each batch of 100 in one transaction
+(``tracking.trace_batch``), then the batch's spans in one ``log_spans``. Prints the wall and
+CPU time per trace of each half. This is the floor a cached rerun's traces cost while they go
+through MLflow's own store code (481 of them at full size).
+
+    python benchmarks/traces.py                  # 300 traces, twice
+    python benchmarks/traces.py --traces 481 --repeat 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+from test_trace_batch import fresh_store, tasks  # noqa: E402
+from wildtrace.tracking import trace_batch  # noqa: E402
+from wildtrace.tracking.traces import BATCH, build_trace, log_spans, tracing_client  # noqa: E402
+
+
+def measure(n: int) -> dict[str, float]:
+    """Store n traces into a fresh store; seconds of wall and CPU for the infos and for the spans."""
+    with tempfile.TemporaryDirectory() as tmp:
+        uri, target = fresh_store(Path(tmp))
+        client = tracing_client(uri)
+        traces = [build_trace(d, target) for d in tasks(n)]
+        took = {"infos_wall": 0.0, "infos_cpu": 0.0, "spans_wall": 0.0, "spans_cpu": 0.0}
+        for i in range(0, n, BATCH):
+            chunk = traces[i:i + BATCH]
+            wall, cpu = time.perf_counter(), time.process_time()
+            failed = trace_batch.start_traces(client, [t.info for t in chunk])
+            if failed:
+                raise SystemExit(f"{len(failed)} trace infos not stored: {failed[0][1]}")
+            took["infos_wall"] += time.perf_counter() - wall
+            took["infos_cpu"] += time.process_time() - cpu
+            wall, cpu = time.perf_counter(), time.process_time()
+            log_spans(client, target.experiment_id, [s for t in chunk for s in t.data.spans])
+            took["spans_wall"] += time.perf_counter() - wall
+            took["spans_cpu"] += time.process_time() - cpu
+        return took
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--traces", type=int, default=300)
+    p.add_argument("--repeat", type=int, default=2)
+    args = p.parse_args()
+    for _ in range(args.repeat):
+        t = measure(args.traces)
+        per = {k: 1000 * v / args.traces for k, v in t.items()}
+        print(f"{args.traces} traces: infos {t['infos_wall']:.2f} s ({per['infos_cpu']:.2f} ms CPU a trace), "
+              f"spans {t['spans_wall']:.2f} s ({per['spans_cpu']:.2f} ms CPU a trace), "
+              f"together {per['infos_cpu'] + per['spans_cpu']:.2f} ms CPU a trace")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
