@@ -7,7 +7,8 @@ rerun, where nothing else is left to wait for); the same inserts in one transact
 batch of 100 take 2.5 s with the spans included.
 
 How: for the calling thread only, while a batch is stored, the store's managed sessions are
-one session (committed once, at the end of the batch) and the experiment is read once.
+one session (flushed and committed once, at the end of the batch; each trace on its own with
+MLflow's opt-in trace rollups on) and the experiment is read once.
 MLflow's own ``_start_trace_once`` still makes every row, so what is stored is what
 ``start_trace`` stores (a test compares the two stores row by row). Other threads using the
 same store instance are untouched.
@@ -102,8 +103,8 @@ def _one_flush(session: Any) -> Iterator[None]:
     setup and a statement per table each time. One flush of the whole batch inserts the same
     rows with a statement per table for all of them (a fifth less CPU for the infos,
     measured). Nothing the batch reads needs its own rows flushed: the experiment is read
-    once, before the first row; only traces the store does not hold come here, so the
-    duplicate-key path a flush can meet is never the one it would take. MLflow's opt-in
+    once, before the first row. Only traces the store does not hold come here, so no flush
+    needs ``_start_trace_once``'s own duplicate-key handling. MLflow's opt-in
     trace rollups lock a queue row per trace by reading it back, so with them on each
     trace flushes as before. A failing flush raises here, and the transaction is rolled
     back whole like any other failure of the batch.
