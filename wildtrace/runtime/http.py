@@ -372,13 +372,16 @@ class Endpoint:
         return prepare_request(self.provider, request, replicate)
 
     async def call(self, request: WireRequest, replicate: int = 0, cost_tokens: int = 0,
-                   prepared: Prepared | None = None, ticket: Ticket | None = None) -> CallResult:
+                   prepared: Prepared | None = None, ticket: Ticket | None = None,
+                   storing: Callable[[], None] | None = None) -> CallResult:
         """The outcome of one logical request: from the cache, or fetched (with retries) and stored.
 
         ``cost_tokens`` is the request's estimated size, for pacing against a token budget;
         ``prepared``: ``prepare(request, replicate)`` already made (off the event loop);
         ``ticket``: the call's claim on a spend cap, reserved on a cache miss just before sending
-        (runtime/budget.py); refused, the call is not sent and comes back ``budget_exhausted``.
+        (runtime/budget.py); refused, the call is not sent and comes back ``budget_exhausted``;
+        ``storing``: told when the outcome is in hand and only its store (an fsync) is left, so a
+        caller may send its next request meanwhile; this call still returns once it is stored.
         """
         asked = self.provider.budget(request) if self.provider.spec.max_output_tokens is not None else None
         while True:
@@ -403,6 +406,8 @@ class Endpoint:
                 result = self._finish(self._budget_noted(result, request, asked), request)
                 # Stored from a thread: an fsync must not hold up every other call's I/O.
                 if is_storable(result) and self.cache.enabled:
+                    if storing is not None:
+                        storing()
                     result = await asyncio.to_thread(self._store, key, material, result)
                 return result
 
