@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import json
 import logging
@@ -36,6 +37,7 @@ import urllib.parse
 import urllib.request
 import zlib
 from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -297,6 +299,12 @@ def prepare_request(provider: Provider, request: WireRequest, replicate: int = 0
     return Prepared(request, replicate, content, key, material)
 
 
+#: The threads outcomes are stored from (write, fsync, rename), apart from asyncio's default pool
+#: (six threads on two cores), where a slow disk's fsyncs would keep the next documents from
+#: being read (pipeline.prepare_all) and so the next requests from being sent.
+_STORES = ThreadPoolExecutor(max_workers=32, thread_name_prefix="wildtrace-store")
+
+
 class Endpoint:
     """One endpoint (the model, or a judge): its cache, connections, limit and retry rule."""
 
@@ -408,7 +416,8 @@ class Endpoint:
                 if is_storable(result) and self.cache.enabled:
                     if storing is not None:
                         storing()
-                    result = await asyncio.to_thread(self._store, key, material, result)
+                    result = await asyncio.get_running_loop().run_in_executor(
+                        _STORES, functools.partial(contextvars.copy_context().run, self._store, key, material, result))
                 return result
 
     def _store(self, key: str, material: dict, result: CallResult) -> CallResult:

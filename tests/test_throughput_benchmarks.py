@@ -1,4 +1,4 @@
-"""benchmarks/floor.py: three clients against the same endpoint, each run whole and none faster than the ideal."""
+"""benchmarks/throughput.py and floor.py: every call made and stored, none faster than the ideal."""
 
 from __future__ import annotations
 
@@ -7,7 +7,23 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "floor.py"
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+SCRIPT = BENCHMARKS / "floor.py"
+
+
+def test_the_throughput_benchmark_with_the_cache_on_a_slow_disk_stores_every_outcome():
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "throughput.py"), "--tasks", "4", "--latency", "0.02",
+                           "--concurrency", "2", "--cache", "--fsync-delay", "0.01"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    answers, judged = (json.loads(line) for line in done.stdout.splitlines())
+    # answers only: 4 calls, each stored; then each answer and its three judgments
+    assert (answers["judges"], answers["calls"], answers["stored"]) == (0, 4, 4), answers
+    assert (judged["judges"], judged["calls"], judged["stored"]) == (3, 16, 16), judged
+    assert answers["peak_in_flight"] == 2 and judged["peak_in_flight"] <= 2 * (1 + 3)  # each endpoint's bound
+    for row in (answers, judged):
+        assert row["cache"] is True and row["fsync_delay_s"] == 0.01
+        assert row["wall_s"] >= 0.04 and row["ratio"] >= 1.0, row  # two waves of answers, each at least the latency
 
 
 def test_the_floor_benchmark_runs_each_client_in_turn_and_reports_against_the_ideal(tmp_path):
