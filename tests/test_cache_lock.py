@@ -65,3 +65,71 @@ def test_a_cache_that_cannot_hold_lock_files_locks_nothing(tmp_path: Path) -> No
     asyncio.run(body())
     assert ran == [True]
     assert (cache_dir / "locks").is_file()
+
+
+def open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def test_a_holder_cancelled_after_storing_releases_the_lock_and_removes_its_file(tmp_path: Path) -> None:
+    cache = Cache(tmp_path / "cache")
+    path = cache.directory / "locks" / KEY[:2] / f"{KEY}.lock"
+
+    async def main() -> tuple[bool, bool]:
+        holding = asyncio.Event()
+
+        async def holder() -> None:
+            async with cache.lock(KEY):
+                cache.put(KEY, {"v": 1}, {"payload": {}, "http_status": 200, "attempts": 1})
+                holding.set()
+                await asyncio.sleep(30)
+
+        task = asyncio.create_task(holder())
+        await holding.wait()
+        held = held_elsewhere(path)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return held, path.exists()
+
+    before = open_fds()
+    held, lock_file_left = asyncio.run(main())
+    assert held and not lock_file_left  # held while stored; removed and released on the way out
+    assert open_fds() <= before
+
+
+def test_a_task_cancelled_while_its_lock_file_opens_leaves_no_descriptor_open(tmp_path: Path, monkeypatch) -> None:
+    """The lock file opens on a file thread; a task cancelled meanwhile closes what arrives after it."""
+    import threading
+    import time
+
+    opened, real_open = threading.Event(), Cache._open_lock
+
+    def slow_open(path: Path) -> int | None:
+        time.sleep(0.2)
+        fd = real_open(path)
+        opened.set()
+        return fd
+
+    monkeypatch.setattr(Cache, "_open_lock", staticmethod(slow_open))
+    cache = Cache(tmp_path / "cache")
+    ran = []
+
+    async def main() -> None:
+        async def body() -> None:
+            async with cache.lock(KEY):
+                ran.append(True)
+
+        task = asyncio.create_task(body())
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.to_thread(opened.wait, 5)
+        await asyncio.sleep(0.05)  # the callback that closes it runs on the loop
+
+    before = open_fds()
+    asyncio.run(main())
+    assert ran == [] and opened.is_set()
+    assert open_fds() <= before  # the descriptor that arrived after the cancel is closed
+    assert not held_elsewhere(cache.directory / "locks" / KEY[:2] / f"{KEY}.lock")

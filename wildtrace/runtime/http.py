@@ -37,7 +37,6 @@ import urllib.parse
 import urllib.request
 import zlib
 from collections.abc import AsyncIterator, Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -48,7 +47,7 @@ from wildtrace.core import jsonsafe
 from wildtrace.core.records import CallResult, FailReason, Usage
 from wildtrace.providers.base import IncompleteStream, Provider, StreamError, WireRequest
 from wildtrace.runtime.budget import Ticket
-from wildtrace.runtime.cache import Cache, StorageError, cache_key
+from wildtrace.runtime.cache import FILE_THREADS, Cache, StorageError, cache_key
 from wildtrace.runtime.ratelimit import AdaptiveLimit
 from wildtrace.runtime.retry import Quota, Resend, Retry, RetryPolicy, Seen, failure_reason, next_step, retry_hint
 from wildtrace.runtime.secrets import ECHO_NOTE, redact, scrub
@@ -299,12 +298,6 @@ def prepare_request(provider: Provider, request: WireRequest, replicate: int = 0
     return Prepared(request, replicate, content, key, material)
 
 
-#: The threads outcomes are stored from (write, fsync, rename), apart from asyncio's default pool
-#: (six threads on two cores), where a slow disk's fsyncs would keep the next documents from
-#: being read (pipeline.prepare_all) and so the next requests from being sent.
-_STORES = ThreadPoolExecutor(max_workers=32, thread_name_prefix="wildtrace-store")
-
-
 class Endpoint:
     """One endpoint (the model, or a judge): its cache, connections, limit and retry rule."""
 
@@ -416,8 +409,8 @@ class Endpoint:
                 if is_storable(result) and self.cache.enabled:
                     if storing is not None:
                         storing()
-                    result = await asyncio.get_running_loop().run_in_executor(
-                        _STORES, functools.partial(contextvars.copy_context().run, self._store, key, material, result))
+                    store = functools.partial(contextvars.copy_context().run, self._store, key, material, result)
+                    result = await asyncio.get_running_loop().run_in_executor(FILE_THREADS, store)
                 return result
 
     def _store(self, key: str, material: dict, result: CallResult) -> CallResult:
