@@ -85,7 +85,7 @@ def measure(tasks: int, latency: float, concurrency: int, judges: int, cache: bo
         started = time.perf_counter()
         result = run(cfg)
         wall = time.perf_counter() - started
-        stored = len([f for f in (tmp / "cache").glob("??/*.json")])  # the outcomes the cache holds
+        stored = len(list((tmp / "cache").glob("??/*.json")))  # the outcomes the cache holds
     calls, peak = server["calls"], server["peak_in_flight"]
     ideal = math.ceil(tasks / concurrency) * latency + (latency if judges else 0.0)
     return {"tasks": tasks, "judges": judges, "cache": cache, "latency_s": latency, "concurrency": concurrency,

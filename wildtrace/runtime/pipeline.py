@@ -510,8 +510,10 @@ class _Run:
                     current = pool.create_task(one(item, stored_next.set))
                     del item
                     waiting = asyncio.ensure_future(stored_next.wait())
-                    await asyncio.wait((current, waiting), return_when=asyncio.FIRST_COMPLETED)
-                    waiting.cancel()
+                    try:
+                        await asyncio.wait((current, waiting), return_when=asyncio.FIRST_COMPLETED)
+                    finally:
+                        waiting.cancel()
                     if behind is not None:
                         await behind
                     behind = None if current.done() else current
