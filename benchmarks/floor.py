@@ -35,11 +35,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from throughput import endpoint, measure
+from throughput import DOCUMENT, endpoint, measure
 from wildtrace.core.prompts import answer_prompt
-
-DOCUMENT = "The seal was worn. The pump failed at 03:14. " * 200  # throughput.py's document
-
 
 def body(i: int) -> bytes:
     """An answer request as throughput.py's run sends it, near enough: its route, prompt and size."""

@@ -34,6 +34,8 @@ from loopback import Call, LoopbackServer, Reply, chat  # noqa: E402
 from wildtrace.runtime.run import run  # noqa: E402
 
 KEY_ENV = "WILDTRACE_TEST_KEY"
+#: Every task's document (floor.py's bare clients send the same prompt).
+DOCUMENT = "The seal was worn. The pump failed at 03:14. " * 200
 
 
 def responder(call: Call) -> Reply:
@@ -73,7 +75,7 @@ def measure(tasks: int, latency: float, concurrency: int, judges: int, cache: bo
         tmp = Path(tmp_name)
         tasks_path, corpus = write_release(
             tmp, [make_task(f"b{i}", f"What failed? #{i}", "doc.txt") for i in range(tasks)],
-            {"doc.txt": "The seal was worn. The pump failed at 03:14. " * 200})
+            {"doc.txt": DOCUMENT})
         panel = {f"j{k}": {**openai_judge(url, f"bench-judge-{k}"), "max_concurrency": concurrency}
                  for k in range(judges)}
         overrides = ["model=custom", "model.route=bench-model", f"model.base_url={url}/v1",
