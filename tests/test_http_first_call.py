@@ -2,8 +2,9 @@
 
 httpcore imports anyio's asyncio backend (and its streams) at its first request; through
 the CLI that import ran on the event loop inside the first wave, and every call of the wave
-waited for it. The endpoint loads them when it builds its transports. Each case runs in a
-fresh interpreter (a test session has imported everything long before) against
+waited for it. A slot's own transport (runtime/transport.py) imports h11 with its module, and
+behind a proxy the endpoint loads httpcore's backend when it builds its transports. Each case
+runs in a fresh interpreter (a test session has imported everything long before) against
 ``tests/loopback.py``'s real server on 127.0.0.1.
 """
 
