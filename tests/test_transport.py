@@ -308,6 +308,16 @@ def test_a_goodbye_sent_while_idle_is_never_read_as_the_next_reply() -> None:
         assert run(go) == [(200, b'{"c": 0}'), (200, b'{"c": 1}')]
 
 
+def test_bytes_past_the_declared_body_are_never_read_as_the_next_reply() -> None:
+    with RawServer(serve(lambda c, n: ok(b'{"c": %d}' % c) + (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"
+                                                             if c == 0 else b""))) as server:
+        async def go() -> list[bytes]:
+            transport = ours()
+            return [(await exchange(transport, request(server.url)))[2] for _ in range(2)]
+        assert run(go) == [b'{"c": 0}', b'{"c": 1}']
+        assert server.accepted == 2
+
+
 def test_an_idle_connection_past_its_expiry_is_not_reused(monkeypatch: pytest.MonkeyPatch) -> None:
     with RawServer(serve(lambda c, n: ok())) as server:
         async def go(expiry: float) -> int:
@@ -408,7 +418,15 @@ def test_tls_is_verified_against_the_context_given(certificate: tuple[Path, Path
     cert, key = certificate
     server_side = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     server_side.load_cert_chain(cert, key)
-    with RawServer(serve(lambda c, n: ok(b'{"tls": %d}' % n)), tls=server_side) as server:
+    server_side.set_alpn_protocols(["h2", "http/1.1"])
+    chosen: list[str | None] = []
+
+    def script(i: int, conn: socket.socket, reqs: list[bytes]) -> None:
+        assert isinstance(conn, ssl.SSLSocket)
+        chosen.append(conn.selected_alpn_protocol())
+        serve(lambda c, n: ok(b'{"tls": %d}' % n))(i, conn, reqs)
+
+    with RawServer(script, tls=server_side) as server:
         trusting = ssl.create_default_context(cafile=str(cert))
 
         async def go() -> list[bytes]:
@@ -418,6 +436,7 @@ def test_tls_is_verified_against_the_context_given(certificate: tuple[Path, Path
             assert transport.opened == 1
             return bodies
         assert run(go) == [b'{"tls": 0}', b'{"tls": 1}']
+        assert chosen == ["http/1.1"]  # offered as httpcore offers it: never h2, which this transport does not speak
         with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
             run(lambda: exchange(ours(), request(server.url)))
 

@@ -14,10 +14,12 @@ at a time (the endpoint's slot queue guarantees it; a second concurrent request 
 raises). What it keeps of httpcore's behaviour, each with a test (tests/test_transport.py):
 
 - the request's bytes on the wire are httpcore's, byte for byte (its head, then the body);
+- the TLS handshake offers ALPN ``http/1.1``, as httpcore's does;
 - a connection is reused only when the last response was read to its end, the server did not
-  ask to close, nothing arrived while it was idle (a server's goodbye, such as a 408 before it
-  closes, is never read as the next request's reply) and it has been idle at most
-  ``KEEPALIVE_EXPIRY_S`` (httpx's default): otherwise a new one is opened, as httpcore does;
+  ask to close, sent nothing past the body it declared, nothing arrived while it was idle (a
+  server's goodbye, such as a 408 before it closes, is never read as the next request's reply)
+  and it has been idle at most ``KEEPALIVE_EXPIRY_S`` (httpx's default): otherwise a new one is
+  opened, as httpcore does;
 - the timeouts of the request's ``timeout`` extension: ``connect`` (TCP and TLS), ``write``
   (while the socket's buffer is full) and ``read`` (each wait for bytes);
 - failures raise httpx's own exceptions, as httpcore maps them (``ConnectError``,
@@ -166,6 +168,7 @@ class ConnectionTransport(httpx.AsyncBaseTransport):
     """One keep-alive HTTP/1.1 connection for one concurrency slot (see the module's docstring)."""
 
     def __init__(self, ssl_context: ssl.SSLContext, socket_options: Iterable[tuple[int, int, int]] = ()) -> None:
+        ssl_context.set_alpn_protocols(["http/1.1"])  # what httpcore offers in the handshake (it sets the same)
         self._ssl = ssl_context
         self._socket_options = tuple(socket_options)
         self._wire: _Wire | None = None
@@ -272,7 +275,8 @@ class ConnectionTransport(httpx.AsyncBaseTransport):
 
     def _response_closed(self) -> None:
         """Keep the connection for the next request if this exchange ended cleanly; else close it."""
-        if self._h11.our_state is h11.DONE and self._h11.their_state is h11.DONE and self._wire is not None:
+        if (self._h11.our_state is h11.DONE and self._h11.their_state is h11.DONE and self._wire is not None
+                and not self._h11.trailing_data[0]):  # bytes past the declared body: never the next reply
             self._h11.start_next_cycle()
             self._idle_since = time.monotonic()
             self._busy = False
