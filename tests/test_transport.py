@@ -144,6 +144,12 @@ async def exchange(transport: httpx.AsyncBaseTransport, wire: httpx.Request) -> 
         await response.aclose()
 
 
+async def once(transport: httpx.AsyncBaseTransport, wire: httpx.Request) -> tuple[int, dict, bytes]:
+    """One exchange on a transport of its own, closed after."""
+    async with transport:
+        return await exchange(transport, wire)
+
+
 def run(coro_fn: Callable[[], Any]) -> Any:
     return asyncio.run(coro_fn())
 
@@ -155,11 +161,7 @@ def test_the_request_bytes_on_the_wire_are_httpcores(body: bytes) -> None:
     with RawServer(serve(lambda c, n: ok())) as server:
         for make in (httpcores, ours):
             async def go(make: Callable[[], httpx.AsyncBaseTransport] = make) -> tuple[int, dict, bytes]:
-                transport = make()
-                try:
-                    return await exchange(transport, request(server.url, body))
-                finally:
-                    await transport.aclose()
+                return await once(make(), request(server.url, body))
             status, headers, got = run(go)
             assert (status, got, headers["content-type"]) == (200, b'{"ok": true}', "application/json")
     theirs, mine = server.requests
@@ -184,10 +186,9 @@ def test_each_framing_is_read_and_the_connection_kept_only_when_it_may_be(name, 
     close_after = b"close" in reply(0, 0) or reply(0, 0).startswith(b"HTTP/1.0")
     with RawServer(serve(reply, close_after=close_after)) as server:
         async def go() -> tuple[list[bytes], int]:
-            transport = ours()
-            bodies = [(await exchange(transport, request(server.url)))[2] for _ in range(2)]
-            await transport.aclose()
-            return bodies, transport.opened
+            async with ours() as transport:
+                bodies = [(await exchange(transport, request(server.url)))[2] for _ in range(2)]
+                return bodies, transport.opened
         bodies, count = run(go)
     assert bodies[0] == first and len(server.requests) == 2
     assert count == opened == server.accepted
@@ -197,8 +198,8 @@ def test_a_close_delimited_body_ends_at_the_close() -> None:
     with RawServer(lambda i, conn, reqs: (read_request(conn, bytearray()),
                                           conn.sendall(b"HTTP/1.1 200 OK\r\n\r\n{\"whole\": true}"))) as server:
         async def go() -> bytes:
-            transport = ours()
-            return (await exchange(transport, request(server.url)))[2]
+            async with ours() as transport:
+                return (await exchange(transport, request(server.url)))[2]
         assert run(go) == b'{"whole": true}'
 
 
@@ -229,11 +230,7 @@ def test_each_fault_raises_what_httpcore_raises(name, script, error, message) ->
     for kind, make in (("httpcore", httpcores), ("ours", ours)):
         with RawServer(script) as server:
             async def go(make: Callable[[], httpx.AsyncBaseTransport] = make) -> None:
-                transport = make()
-                try:
-                    await exchange(transport, request(server.url, timeouts={**TIMEOUTS, "read": 0.5}))
-                finally:
-                    await transport.aclose()
+                await once(make(), request(server.url, timeouts={**TIMEOUTS, "read": 0.5}))
             with pytest.raises(httpx.TransportError) as caught:
                 run(go)
             raised[kind] = caught.value
@@ -248,14 +245,14 @@ def test_nothing_listening_is_a_connect_error_as_httpcores() -> None:
         port = probe.getsockname()[1]
     for make in (httpcores, ours):
         with pytest.raises(httpx.ConnectError):
-            run(lambda make=make: exchange(make(), request(f"http://127.0.0.1:{port}")))
+            run(lambda make=make: once(make(), request(f"http://127.0.0.1:{port}")))
 
 
 def test_a_server_that_never_reads_is_a_write_timeout() -> None:
     done = threading.Event()
     with RawServer(lambda i, conn, reqs: done.wait(10)) as server:
         async def go() -> None:
-            await exchange(ours(), request(server.url, b"x" * (64 << 20), timeouts={**TIMEOUTS, "write": 0.3}))
+            await once(ours(), request(server.url, b"x" * (64 << 20), timeouts={**TIMEOUTS, "write": 0.3}))
         with pytest.raises(httpx.WriteTimeout):
             run(go)
         done.set()
@@ -271,7 +268,7 @@ def test_a_reply_sent_before_the_body_was_taken_is_still_read() -> None:
         conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")  # reset
 
     with RawServer(script) as server:
-        status, _, body = run(lambda: exchange(ours(), request(server.url, b"x" * (32 << 20))))
+        status, _, body = run(lambda: once(ours(), request(server.url, b"x" * (32 << 20))))
     assert (status, body) == (413, b"too large")
 
 
@@ -280,10 +277,10 @@ def test_a_reply_sent_before_the_body_was_taken_is_still_read() -> None:
 def test_an_idle_connection_the_server_closed_is_replaced_without_a_failure() -> None:
     with RawServer(serve(lambda c, n: ok(b'{"c": %d}' % c), close_after=True)) as server:
         async def go() -> list[bytes]:
-            transport = ours()
-            first = (await exchange(transport, request(server.url)))[2]
-            await asyncio.sleep(0.2)  # the server's FIN arrives while the connection is idle
-            return [first, (await exchange(transport, request(server.url)))[2]]
+            async with ours() as transport:
+                first = (await exchange(transport, request(server.url)))[2]
+                await asyncio.sleep(0.2)  # the server's FIN arrives while the connection is idle
+                return [first, (await exchange(transport, request(server.url)))[2]]
         assert run(go) == [b'{"c": 0}', b'{"c": 1}']
         assert server.accepted == 2
 
@@ -300,11 +297,11 @@ def test_a_goodbye_sent_while_idle_is_never_read_as_the_next_reply() -> None:
 
     with RawServer(script) as server:
         async def go() -> list[tuple[int, bytes]]:
-            transport = ours()
-            first = await exchange(transport, request(server.url))
-            await asyncio.sleep(0.4)
-            second = await exchange(transport, request(server.url))
-            return [(first[0], first[2]), (second[0], second[2])]
+            async with ours() as transport:
+                first = await exchange(transport, request(server.url))
+                await asyncio.sleep(0.4)
+                second = await exchange(transport, request(server.url))
+                return [(first[0], first[2]), (second[0], second[2])]
         assert run(go) == [(200, b'{"c": 0}'), (200, b'{"c": 1}')]
 
 
@@ -312,8 +309,8 @@ def test_bytes_past_the_declared_body_are_never_read_as_the_next_reply() -> None
     with RawServer(serve(lambda c, n: ok(b'{"c": %d}' % c) + (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"
                                                              if c == 0 else b""))) as server:
         async def go() -> list[bytes]:
-            transport = ours()
-            return [(await exchange(transport, request(server.url)))[2] for _ in range(2)]
+            async with ours() as transport:
+                return [(await exchange(transport, request(server.url)))[2] for _ in range(2)]
         assert run(go) == [b'{"c": 0}', b'{"c": 1}']
         assert server.accepted == 2
 
@@ -322,12 +319,11 @@ def test_an_idle_connection_past_its_expiry_is_not_reused(monkeypatch: pytest.Mo
     with RawServer(serve(lambda c, n: ok())) as server:
         async def go(expiry: float) -> int:
             monkeypatch.setattr(T, "KEEPALIVE_EXPIRY_S", expiry)
-            transport = ours()
-            for _ in range(2):
-                await exchange(transport, request(server.url))
-                await asyncio.sleep(0.05)
-            await transport.aclose()
-            return transport.opened
+            async with ours() as transport:
+                for _ in range(2):
+                    await exchange(transport, request(server.url))
+                    await asyncio.sleep(0.05)
+                return transport.opened
         assert run(lambda: go(60.0)) == 1
         assert run(lambda: go(0.0)) == 2
 
@@ -336,37 +332,38 @@ def test_a_response_closed_before_its_end_closes_the_connection() -> None:
     big = b"[" + b"1," * 400_000 + b"1]"
     with RawServer(serve(lambda c, n: ok(big))) as server:
         async def go() -> tuple[int, bytes]:
-            transport = ours()
-            response = await transport.handle_async_request(request(server.url))
-            async for _ in response.stream:  # type: ignore[union-attr]
-                break
-            await response.aclose()
-            body = (await exchange(transport, request(server.url)))[2]
-            return transport.opened, body
+            async with ours() as transport:
+                response = await transport.handle_async_request(request(server.url))
+                async for _ in response.stream:  # type: ignore[union-attr]
+                    break
+                await response.aclose()
+                body = (await exchange(transport, request(server.url)))[2]
+                return transport.opened, body
         assert run(go) == (2, big)
 
 
 def test_one_request_at_a_time() -> None:
     with RawServer(serve(lambda c, n: ok())) as server:
         async def go() -> None:
-            transport = ours()
-            response = await transport.handle_async_request(request(server.url))
-            try:
-                with pytest.raises(RuntimeError, match="one request at a time"):
-                    await transport.handle_async_request(request(server.url))
-            finally:
-                await response.aclose()
-            assert (await exchange(transport, request(server.url)))[0] == 200
+            async with ours() as transport:
+                response = await transport.handle_async_request(request(server.url))
+                try:
+                    with pytest.raises(RuntimeError, match="one request at a time"):
+                        await transport.handle_async_request(request(server.url))
+                finally:
+                    await response.aclose()
+                assert (await exchange(transport, request(server.url)))[0] == 200
         run(go)
 
 
 def test_the_keepalive_options_are_on_the_socket() -> None:
     with RawServer(serve(lambda c, n: ok())) as server:
         async def go() -> int:
-            transport = ours()
-            await exchange(transport, request(server.url))
-            assert transport._wire is not None and transport._wire.transport is not None
-            return transport._wire.transport.get_extra_info("socket").getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE)
+            async with ours() as transport:
+                await exchange(transport, request(server.url))
+                assert transport._wire is not None and transport._wire.transport is not None
+                sock = transport._wire.transport.get_extra_info("socket")
+                return sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE)
         assert run(go) == 1
 
 
@@ -384,16 +381,16 @@ def test_large_bodies_arrive_whole_with_reading_paused_while_unconsumed() -> Non
 
     with RawServer(script) as server:
         async def go() -> tuple[bytes, int]:
-            transport = ours()
-            response = await transport.handle_async_request(request(server.url, up))
-            peak, parts = 0, []
-            async for chunk in response.stream:  # type: ignore[union-attr]
-                parts.append(chunk)
-                await asyncio.sleep(0.002)  # a slow reader: the socket's bytes pile up only to the mark
-                assert transport._wire is not None
-                peak = max(peak, transport._wire._buffered)
-            await response.aclose()
-            return b"".join(parts), peak
+            async with ours() as transport:
+                response = await transport.handle_async_request(request(server.url, up))
+                peak, parts = 0, []
+                async for chunk in response.stream:  # type: ignore[union-attr]
+                    parts.append(chunk)
+                    await asyncio.sleep(0.002)  # a slow reader: the socket's bytes pile up only to the mark
+                    assert transport._wire is not None
+                    peak = max(peak, transport._wire._buffered)
+                await response.aclose()
+                return b"".join(parts), peak
         body, peak = run(go)
     assert server.requests == [hashlib.sha256(up).digest()]
     assert body == down
@@ -430,15 +427,14 @@ def test_tls_is_verified_against_the_context_given(certificate: tuple[Path, Path
         trusting = ssl.create_default_context(cafile=str(cert))
 
         async def go() -> list[bytes]:
-            transport = ConnectionTransport(trusting)
-            bodies = [(await exchange(transport, request(server.url)))[2] for _ in range(2)]
-            await transport.aclose()
-            assert transport.opened == 1
-            return bodies
+            async with ConnectionTransport(trusting) as transport:
+                bodies = [(await exchange(transport, request(server.url)))[2] for _ in range(2)]
+                assert transport.opened == 1
+                return bodies
         assert run(go) == [b'{"tls": 0}', b'{"tls": 1}']
         assert chosen == ["http/1.1"]  # offered as httpcore offers it: never h2, which this transport does not speak
         with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
-            run(lambda: exchange(ours(), request(server.url)))
+            run(lambda: once(ours(), request(server.url)))
 
 
 # ---------------------------------------------------------------------------- who gets which

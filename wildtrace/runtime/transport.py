@@ -95,9 +95,7 @@ class _Wire(asyncio.Protocol):
         self.ended = True
         self._error = exc
         self._wake()
-        writable, self._writable = self._writable, None
-        if writable is not None and not writable.done():
-            writable.set_exception(httpx.WriteError(f"the connection was lost: {exc}"))
+        self.resume_writing()  # a write waiting for room wakes and finds the connection ended
 
     def pause_writing(self) -> None:
         if self._writable is None:
@@ -140,6 +138,8 @@ class _Wire(asyncio.Protocol):
         self.transport.writelines(parts)
         if self._writable is not None:
             await _within(self._loop, asyncio.shield(self._writable), timeout, httpx.WriteTimeout)
+            if self.ended:
+                raise httpx.WriteError(f"the connection was lost while writing: {self._error}")
 
     def _wake(self) -> None:
         if self._reader is not None and not self._reader.done():
