@@ -125,7 +125,7 @@ def test_a_new_provider_runs_end_to_end(acme, tmp_path, monkeypatch):
 
 
 def test_the_model_list_is_the_classes(acme, tmp_path):
-    from wildtrace.runtime.catalog import LISTED, list_models, route_status
+    from wildtrace.runtime.catalog import ListingStatus, list_models, route_status
     from wildtrace.runtime.plan import endpoint_spec
 
     with LoopbackServer(acme_api) as server:
@@ -135,7 +135,7 @@ def test_the_model_list_is_the_classes(acme, tmp_path):
         calls = list(server.calls)
     assert [(c.method, c.path) for c in calls] == [("GET", "/v1/catalog")]
     assert listing.ids == [MODEL, JUDGE]
-    assert route_status(spec, listing).status == LISTED
+    assert route_status(spec, listing).status == ListingStatus.LISTED
 
 
 @pytest.mark.parametrize(

@@ -11,9 +11,12 @@ from wildtrace.core.records import (PROVENANCE_KEYS, AnswerRecord, AnswerStatus,
                                     FailReason, JudgmentRecord, JudgmentStatus, LogStatus, RunStatus, Scope, TaskStatus,
                                     Usage)
 from wildtrace.core.tasks import RubricItem, Task
+from wildtrace.runtime.batch.ledger import BatchState
+from wildtrace.runtime.catalog import ListingStatus
 from wildtrace.runtime.pipeline import answer_record, judgment_record
 from wildtrace.runtime.preflight import CheckStatus
 from wildtrace.runtime.retry import Verdict
+from wildtrace.tracking.process import ToChild, ToParent
 
 #: responses.json's keys, in the order every run since the cost fields has written them.
 ANSWER_KEYS = ["question_id", "status", "caps", "document", "reason", "response", "finish_reason", "usage", "error",
@@ -48,6 +51,10 @@ RESULT = CallResult(True, '{"total": 80}', None, None, "stop", Usage(prompt_toke
     (CapKind, ["en", "cjk"]),
     (Verdict, ["ok", "retry", "quota", "fail"]),
     (CheckStatus, ["ok", "not_sent"]),
+    (ListingStatus, ["listed", "listed as", "missing", "retired", "no model list", "-"]),
+    (BatchState, ["created", "collected", "missing"]),  # batches.json holds them beside the providers' own words
+    (ToChild, ["run_started", "task_done", "run_finished"]),
+    (ToParent, ["log", "started", "finished"]),
 ])
 def test_each_family_keeps_the_strings_old_runs_hold(family, values):
     assert [m.value for m in family] == values
@@ -58,7 +65,8 @@ def test_each_family_keeps_the_strings_old_runs_hold(family, values):
 def test_a_name_means_one_value_across_families():
     """The same member name in two families is the same string (JUDGED/SCORED, two QUOTAs, two OUT_OF_CONTEXTs)."""
     by_name: dict[str, set[str]] = {}
-    for family in (AnswerStatus, JudgmentStatus, TaskStatus, FailReason, RunStatus, LogStatus, Scope):
+    for family in (AnswerStatus, JudgmentStatus, TaskStatus, FailReason, RunStatus, LogStatus, Scope, ListingStatus,
+                   BatchState, ToParent):
         for member in family:
             by_name.setdefault(member.name, set()).add(member.value)
     assert {name: values for name, values in by_name.items() if len(values) > 1} == {}

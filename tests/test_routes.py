@@ -27,7 +27,7 @@ from wildtrace.app import CONF_DIR, prepare
 from wildtrace.config import ConfigError
 from wildtrace.config_check import _conf_retirements, retirement_for
 from wildtrace.core import records as R
-from wildtrace.runtime.catalog import ALIAS, LISTED, MISSING, NO_LIST, NOT_ASKED, RETIRED, Listing, list_models, \
+from wildtrace.runtime.catalog import Listing, ListingStatus, list_models, \
     route_status
 from wildtrace.runtime.run import run
 from wildtrace.runtime.served import ServedPolicy, default_pattern
@@ -364,9 +364,9 @@ def test_gemini_model_list_is_read_by_page_token():
     assert [_page(c) for c in server.calls] == [{"pageSize": "1000"}, {"pageSize": "1000", "pageToken": "p2"}]
     assert all(urllib.parse.urlsplit(c.path).path == "/v1beta/models" and c.headers["x-goog-api-key"] == "gm-test"
                and "key=" not in c.path for c in server.calls)
-    assert route_status(listed, listing).status == LISTED
+    assert route_status(listed, listing).status == ListingStatus.LISTED
     status = route_status(gone, listing)
-    assert status.status == MISSING and status.blocks
+    assert status.status == ListingStatus.MISSING and status.blocks
     assert status.text.endswith("nearest: gemini-3.8-flash, gemini-3.5-flash-lite")
 
 
@@ -389,24 +389,25 @@ def test_an_endpoint_without_a_usable_list_has_no_model_list(reply, why):
         listing = asyncio.run(list_models(spec, "k"))
     assert listing.ids is None and listing.why == why
     status = route_status(spec, listing)
-    assert status.status == NO_LIST and not status.blocks and status.text == f"no model list ({why})"
+    assert status.status == ListingStatus.NO_LIST and not status.blocks and status.text == f"no model list ({why})"
 
 
 TODAY = datetime.date(2026, 12, 1)
 
 
 @pytest.mark.parametrize(("route", "listing", "status", "text", "blocks"), [
-    ("gpt-5.5", Listing(["gpt-5.5", "gpt-4.1"]), LISTED, "listed", False),
-    ("gpt-4.1", Listing(["gpt-4.1"], {"gpt-4.1": "2027-01-14"}), LISTED, "listed (shutdown_date 2027-01-14)", False),
-    ("gpt-4.1", Listing(["gpt-4.1"], {"gpt-4.1": "2026-12-01"}), RETIRED,
+    ("gpt-5.5", Listing(["gpt-5.5", "gpt-4.1"]), ListingStatus.LISTED, "listed", False),
+    ("gpt-4.1", Listing(["gpt-4.1"], {"gpt-4.1": "2027-01-14"}), ListingStatus.LISTED,
+     "listed (shutdown_date 2027-01-14)", False),
+    ("gpt-4.1", Listing(["gpt-4.1"], {"gpt-4.1": "2026-12-01"}), ListingStatus.RETIRED,
      "RETIRED: listed with shutdown_date 2026-12-01", True),  # shut down today
-    ("gpt-4.1", Listing(["gpt-4.1-2025-04-14"]), ALIAS, "listed as gpt-4.1-2025-04-14", False),
-    ("minimax-m2.7", Listing(["MiniMax-M2.7"]), LISTED, "listed as MiniMax-M2.7", False),
-    ("deepseek-v4", Listing(["deepseek-flash", "deepseek-v4-pro"]), MISSING,
+    ("gpt-4.1", Listing(["gpt-4.1-2025-04-14"]), ListingStatus.ALIAS, "listed as gpt-4.1-2025-04-14", False),
+    ("minimax-m2.7", Listing(["MiniMax-M2.7"]), ListingStatus.LISTED, "listed as MiniMax-M2.7", False),
+    ("deepseek-v4", Listing(["deepseek-flash", "deepseek-v4-pro"]), ListingStatus.MISSING,
      "MISSING: not among the 2 models the endpoint lists; nearest: deepseek-v4-pro, deepseek-flash", True),
-    ("ep-20260601-abc", Listing(["doubao-seed-2-1-pro-260628"]), NO_LIST,
+    ("ep-20260601-abc", Listing(["doubao-seed-2-1-pro-260628"]), ListingStatus.NO_LIST,
      "not listed (an endpoint id; 1 models listed)", False),
-    ("x", Listing(None, why="timeout"), NO_LIST, "no model list (timeout)", False),
+    ("x", Listing(None, why="timeout"), ListingStatus.NO_LIST, "no model list (timeout)", False),
 ])
 def test_route_status(route, listing, status, text, blocks):
     got = route_status(endpoint_spec("openai", route=route), listing, today=TODAY)
@@ -414,7 +415,7 @@ def test_route_status(route, listing, status, text, blocks):
 
 
 def test_offline_endpoints_are_not_asked():
-    assert route_status(endpoint_spec("offline"), None).status == NOT_ASKED
+    assert route_status(endpoint_spec("offline"), None).status == ListingStatus.NOT_ASKED
 
 
 def _check(tmp_path: Path, *overrides: str, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -24,6 +24,7 @@ import json
 import re
 import urllib.parse
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 import httpx
@@ -42,8 +43,16 @@ TIMEOUT_S = 30.0
 #: Ark's endpoint ids (``ep-…``) name a deployment, not a model: no list holds them.
 _ENDPOINT_ID = re.compile(r"^ep-[0-9a-z-]+$", re.IGNORECASE)
 
-#: Listing statuses: the route is there, there under another name, missing, retired, or the list could not be had.
-LISTED, ALIAS, MISSING, RETIRED, NO_LIST, NOT_ASKED = "listed", "listed as", "missing", "retired", "no model list", "-"
+class ListingStatus(StrEnum):
+    """What a model list says of a route: there, there under another name, missing, retired, or no list to ask."""
+
+    LISTED = "listed"
+    ALIAS = "listed as"
+    MISSING = "missing"
+    RETIRED = "retired"
+    NO_LIST = "no model list"
+    NOT_ASKED = "-"
+
 
 
 @dataclass
@@ -60,7 +69,7 @@ class Listing:
 class RouteStatus:
     """What the list says of one route: a status, the text shown, and whether it blocks the paid call."""
 
-    status: str
+    status: ListingStatus
     text: str
     blocks: bool = False
 
@@ -151,9 +160,9 @@ async def list_models(spec: EndpointSpec, key: str | None, transport: httpx.Asyn
 def route_status(spec: EndpointSpec, listing: Listing | None, today: datetime.date | None = None) -> RouteStatus:
     """What the list says of the spec's route; MISSING and RETIRED block the paid preflight call."""
     if provider_class(spec.provider).local or listing is None:
-        return RouteStatus(NOT_ASKED, "-")
+        return RouteStatus(ListingStatus.NOT_ASKED, "-")
     if listing.ids is None:
-        return RouteStatus(NO_LIST, f"no model list ({listing.why})")
+        return RouteStatus(ListingStatus.NO_LIST, f"no model list ({listing.why})")
     route = provider_class(spec.provider).bare_route(spec.route)
     by_lower = {i.lower(): i for i in listing.ids}
     found = by_lower.get(route.lower())
@@ -161,13 +170,13 @@ def route_status(spec: EndpointSpec, listing: Listing | None, today: datetime.da
         pattern = re.compile(default_pattern(route), re.IGNORECASE)
         aliases = sorted(i for i in listing.ids if pattern.fullmatch(i))
         if aliases:
-            return RouteStatus(ALIAS, f"listed as {', '.join(aliases[:3])}")
+            return RouteStatus(ListingStatus.ALIAS, f"listed as {', '.join(aliases[:3])}")
         if _ENDPOINT_ID.match(route):
-            return RouteStatus(NO_LIST, f"not listed (an endpoint id; {len(listing.ids)} models listed)")
+            return RouteStatus(ListingStatus.NO_LIST, f"not listed (an endpoint id; {len(listing.ids)} models listed)")
         near = difflib.get_close_matches(route, listing.ids, n=3, cutoff=0.5)
         hint = f"; nearest: {', '.join(near)}" if near else ""
-        return RouteStatus(MISSING, f"MISSING: not among the {len(listing.ids)} models the endpoint lists{hint}",
-                           blocks=True)
+        return RouteStatus(ListingStatus.MISSING,
+                           f"MISSING: not among the {len(listing.ids)} models the endpoint lists{hint}", blocks=True)
     shutdown = listing.shutdown.get(found)
     if shutdown:
         try:
@@ -175,6 +184,6 @@ def route_status(spec: EndpointSpec, listing: Listing | None, today: datetime.da
         except ValueError:
             gone = False
         if gone:
-            return RouteStatus(RETIRED, f"RETIRED: listed with shutdown_date {shutdown}", blocks=True)
-        return RouteStatus(LISTED, f"listed (shutdown_date {shutdown})")
-    return RouteStatus(LISTED, "listed" if found == route else f"listed as {found}")
+            return RouteStatus(ListingStatus.RETIRED, f"RETIRED: listed with shutdown_date {shutdown}", blocks=True)
+        return RouteStatus(ListingStatus.LISTED, f"listed (shutdown_date {shutdown})")
+    return RouteStatus(ListingStatus.LISTED, "listed" if found == route else f"listed as {found}")

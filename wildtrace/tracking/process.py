@@ -39,6 +39,7 @@ import sys
 import threading
 import weakref
 from collections.abc import Callable
+from enum import StrEnum
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -51,6 +52,27 @@ if TYPE_CHECKING:
     from wildtrace.tracking.observer import MlflowObserver
 
 log = logging.getLogger(__name__)
+
+
+class ToChild(StrEnum):
+    """What the run's process sends its logging process: the observer's events, in order.
+
+    Both directions send the plain value (``.value``): the child runs this module as ``__main__``,
+    so a member pickled there would name ``__main__.ToParent``, which the parent cannot load.
+    """
+
+    RUN_STARTED = "run_started"
+    TASK_DONE = "task_done"
+    RUN_FINISHED = "run_finished"
+
+
+class ToParent(StrEnum):
+    """What the logging process sends back: its log records, that the MLflow run exists, its run id at the end."""
+
+    LOG = "log"
+    STARTED = "started"
+    FINISHED = "finished"
+
 
 #: How long the end of a run waits for the child beyond the traces' own bound.
 FINISH_WAIT_S = 660.0
@@ -115,13 +137,13 @@ class ProcessObserver(RunObserver):
         self.parent_run_id = start.parent_run_id or self.parent_run_id
         if self.fallback is not None:
             return self.fallback.run_started(start)
-        self._outbox.put(("run_started", start))
+        self._outbox.put((ToChild.RUN_STARTED.value, start))
 
     def task_done(self, done: TaskDone) -> None:
         """Queued for the sending thread: never blocks the event loop."""
         if self.fallback is not None:
             return self.fallback.task_done(done)
-        self._outbox.put(("task_done", done))
+        self._outbox.put((ToChild.TASK_DONE.value, done))
 
     def wait_started(self, timeout: float | None = None) -> bool:
         """Wait until the child's MLflow run exists (or could not be made); False if not known after ``timeout``."""
@@ -134,7 +156,7 @@ class ProcessObserver(RunObserver):
         if self.fallback is not None:
             return self.fallback.run_finished(end)
         shared = self._shared
-        self._outbox.put(("run_finished", end))
+        self._outbox.put((ToChild.RUN_FINISHED.value, end))
         self._outbox.put(None)
         if not shared.finished.wait(FINISH_WAIT_S):
             shared.gone = f"the logging process did not finish within {FINISH_WAIT_S:.0f} s"
@@ -232,19 +254,19 @@ def _send_loop(outbox: queue.SimpleQueue, conn: Connection, shared: _Shared) -> 
 
 
 def _receive_loop(conn: Connection, shared: _Shared) -> None:
-    """The child's messages: log records (logged here), "started", "finished"; EOF means it is gone."""
+    """The child's messages (``ToParent``): log records (logged here), started, finished; EOF: it is gone."""
     try:
         while True:
             kind, *rest = conn.recv()
-            if kind == "log":
+            if kind == ToParent.LOG:
                 name, level, message = rest
                 logger = logging.getLogger(name)
                 if logger.isEnabledFor(level):
                     logger.handle(logging.makeLogRecord({"name": name, "levelno": level, "msg": message,
                                                          "levelname": logging.getLevelName(level)}))
-            elif kind == "started":
+            elif kind == ToParent.STARTED:
                 shared.started.set()
-            elif kind == "finished":
+            elif kind == ToParent.FINISHED:
                 shared.run_id = rest[0]
                 shared.finished.set()
     except (EOFError, OSError, ValueError) as exc:
@@ -290,7 +312,7 @@ class _Forward(logging.Handler):
             message = record.getMessage()
             if record.exc_info and record.exc_info[1] is not None:
                 message += "\n" + logging.Formatter().formatException(record.exc_info)
-            self._send(("log", record.name, record.levelno, message))
+            self._send((ToParent.LOG.value, record.name, record.levelno, message))
         except Exception:  # noqa: BLE001 - logging must not break the logging process
             pass
 
@@ -298,7 +320,7 @@ class _Forward(logging.Handler):
 def _announce_started(observer: MlflowObserver, send: Callable[[tuple], None]) -> None:
     """Tell the parent once the MLflow run exists (or could not be made)."""
     observer.wait_started()
-    send(("started",))
+    send((ToParent.STARTED.value,))
 
 
 def _warm() -> None:
@@ -341,14 +363,14 @@ def child_main(in_fd: int, out_fd: int) -> int:
         except (EOFError, OSError):
             break
         name, event = message
-        if name == "run_started":
+        if name == ToChild.RUN_STARTED:
             started = event
             observer.run_started(event)
             threading.Thread(target=_announce_started, args=(observer, send), daemon=True).start()
-        elif name == "task_done":
+        elif name == ToChild.TASK_DONE:
             observer.task_done(event)
-        elif name == "run_finished":
-            send(("finished", observer.run_finished(event)))
+        elif name == ToChild.RUN_FINISHED:
+            send((ToParent.FINISHED.value, observer.run_finished(event)))
             return 0
     if started is not None:  # the run's process went away without finishing: keep what it sent
         observer.run_finished(RunEnd(out_dir=started.out_dir, status=RunStatus.FAILED))

@@ -17,6 +17,7 @@ import re
 import threading
 import time
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,14 @@ from wildtrace.files import write_json
 RECORD_LIMIT = 64 << 20
 #: Provider batch ids are short tokens; anything else is refused as a file name.
 SAFE_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,200}$")
+
+
+class BatchState(StrEnum):
+    """A batch's states of the run's own; between them a record holds the provider's last status as it said it."""
+
+    CREATED = "created"  #: made, not yet polled
+    COLLECTED = "collected"  #: its results stored
+    MISSING = "missing"  #: the provider answers 404 for it: its items are sent again
 
 
 @dataclass
@@ -38,14 +47,14 @@ class BatchRecord:
     custom_ids: list[str]
     round: int  #: the attempt number of its items (1 for a first send)
     created_at: float
-    state: str = "created"  #: the provider's last status seen, or "collected" once stored
+    state: str = BatchState.CREATED  #: the provider's last status seen, or BatchState.COLLECTED once stored
     counts: dict[str, int] = field(default_factory=dict)
     input_file_id: str | None = None  #: OpenAI: the uploaded JSONL file
 
     @property
     def open(self) -> bool:
         """Not yet collected: a run that needs its items polls it."""
-        return self.state != "collected"
+        return self.state != BatchState.COLLECTED
 
 
 def _record(value: Any) -> BatchRecord | None:
@@ -57,7 +66,7 @@ def _record(value: Any) -> BatchRecord | None:
         record = BatchRecord(provider=str(value["provider"]), label=str(value["label"]),
                              batch_id=str(value["batch_id"]), custom_ids=[str(i) for i in ids],
                              round=int(value["round"]), created_at=float(value["created_at"]),
-                             state=str(value.get("state", "created")),
+                             state=str(value.get("state", BatchState.CREATED)),
                              counts={str(k): int(v) for k, v in dict(value.get("counts") or {}).items()},
                              input_file_id=value.get("input_file_id"))
     except (KeyError, TypeError, ValueError):

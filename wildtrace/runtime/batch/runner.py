@@ -37,17 +37,13 @@ from wildtrace.runtime.batch.base import (
     Line,
     Status,
 )
-from wildtrace.runtime.batch.ledger import BatchRecord, Ledger
+from wildtrace.runtime.batch.ledger import BatchRecord, BatchState, Ledger
 from wildtrace.runtime.budget import Ticket
 from wildtrace.runtime.http import Attempt, Endpoint, interpret, is_storable
 from wildtrace.runtime.retry import Verdict, classify
 from wildtrace.runtime.secrets import redact
 
 log = logging.getLogger(__name__)
-
-#: The state of a batch the provider answers 404 for.
-MISSING = "missing"
-
 
 @dataclass
 class Want:
@@ -164,7 +160,7 @@ class Runner:
             return None
         self.endpoint.requests_sent += len(keys)
         record = BatchRecord(self.api.provider, self.label, batch_id, list(keys), max(self.attempts[k] for k in keys),
-                             created_at, "created", {}, file_id)
+                             created_at, BatchState.CREATED, {}, file_id)
         self.ledger.save(record)
         log.info("%s: created %s batch %s with %d requests", self.label, self.api.provider, batch_id, len(keys))
         self.show(batch_id, f"{self.label} {batch_id}: created, {len(keys)} requests")
@@ -176,7 +172,7 @@ class Runner:
         status = await self._wait(record)
         if status is None:
             return
-        if status.state == MISSING:  # nothing to read: its items are sent again
+        if status.state == BatchState.MISSING:  # nothing to read: its items are sent again
             for key in record.custom_ids:
                 if key in self.wants:
                     self.last_error[key] = (404, None, status.problem or "batch not found")
@@ -196,7 +192,7 @@ class Runner:
         for key in wanted - seen:  # never ran: expired, cancelled, or the batch failed as a whole
             self.last_error[key] = (None, None, status.problem or f"batch {record.batch_id} ended "
                                     f"{status.state} without a result for it")
-        record.state = "collected"
+        record.state = BatchState.COLLECTED
         self.ledger.save(record)
 
     async def _wait(self, record: BatchRecord) -> Status | None:
@@ -207,9 +203,9 @@ class Runner:
             except BatchError as exc:
                 if exc.status == 404:  # gone (deleted, another key): its items are sent again
                     log.warning("%s: batch %s is not known to the provider: %s", self.label, record.batch_id, exc)
-                    record.state = "collected"
+                    record.state = BatchState.COLLECTED
                     self.ledger.save(record)
-                    return Status(MISSING, True, problem=str(exc))
+                    return Status(BatchState.MISSING, True, problem=str(exc))
                 log.warning("%s: polling batch %s failed (%s); polling again", self.label, record.batch_id, exc)
                 status = None
             if status is not None:
