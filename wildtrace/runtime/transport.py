@@ -197,7 +197,10 @@ class ConnectionTransport(httpx.AsyncBaseTransport):
                               extensions={"http_version": b"HTTP/" + head.http_version, "reason_phrase": head.reason})
 
     async def aclose(self) -> None:
+        had = self._wire is not None
         self._close(abort=False)
+        if had:
+            await asyncio.sleep(0)  # one turn of the loop: the socket is closed before the loop may end
 
     # -- the connection
     async def _connect(self, url: httpx.URL, timeout: float | None) -> None:
