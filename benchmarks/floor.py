@@ -43,6 +43,7 @@ from wildtrace.core.prompts import answer_prompt
 from wildtrace.runtime.http import KEEPALIVE
 from wildtrace.runtime.transport import ConnectionTransport
 
+
 def body(i: int) -> bytes:
     """An answer request as throughput.py's run sends it, near enough: its route, prompt and size."""
     return json.dumps({"model": "bench-model", "max_tokens": 8192, "temperature": 0.0,

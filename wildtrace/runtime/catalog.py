@@ -43,6 +43,7 @@ TIMEOUT_S = 30.0
 #: Ark's endpoint ids (``ep-…``) name a deployment, not a model: no list holds them.
 _ENDPOINT_ID = re.compile(r"^ep-[0-9a-z-]+$", re.IGNORECASE)
 
+
 class ListingStatus(StrEnum):
     """What a model list says of a route: there, there under another name, missing, retired, or no list to ask."""
 
@@ -52,7 +53,6 @@ class ListingStatus(StrEnum):
     RETIRED = "retired"
     NO_LIST = "no model list"
     NOT_ASKED = "-"
-
 
 
 @dataclass

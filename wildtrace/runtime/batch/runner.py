@@ -45,6 +45,7 @@ from wildtrace.runtime.secrets import redact
 
 log = logging.getLogger(__name__)
 
+
 @dataclass
 class Want:
     """An item to resolve: its key material, its spooled bytes, what the record says of temperature,
