@@ -286,16 +286,6 @@ class ConnectionTransport(httpx.AsyncBaseTransport):
         else:
             self._close(abort=True)
 
-    async def _body(self, timeout: float | None) -> AsyncIterator[bytes]:
-        while True:
-            event = await self._event(timeout)
-            if isinstance(event, h11.Data):
-                yield bytes(event.data)
-            elif isinstance(event, h11.EndOfMessage) or event is h11.PAUSED:
-                return
-            else:  # never looped on: a closed connection says so once and forever
-                raise httpx.RemoteProtocolError(f"unexpected {type(event).__name__} in the response's body")
-
 
 class _Body(httpx.AsyncByteStream):
     """A response's body as h11 frames it; closing it frees the slot's connection (or closes it)."""
@@ -306,8 +296,14 @@ class _Body(httpx.AsyncByteStream):
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         try:
-            async for chunk in self._transport._body(self._timeout):
-                yield chunk
+            while True:
+                event = await self._transport._event(self._timeout)
+                if isinstance(event, h11.Data):
+                    yield bytes(event.data)
+                elif isinstance(event, h11.EndOfMessage) or event is h11.PAUSED:
+                    return
+                else:  # never looped on: a closed connection says so once and forever
+                    raise httpx.RemoteProtocolError(f"unexpected {type(event).__name__} in the response's body")
         except BaseException:
             await self.aclose()
             raise
