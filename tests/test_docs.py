@@ -110,17 +110,3 @@ def test_the_flags_the_docs_give_an_argparse_command_exist(module):
     assert all(h.returncode == 0 for h in helps), [h.stderr[-2000:] for h in helps]
     text = "".join(h.stdout for h in helps)
     assert not [f for f in flags if f not in text], (flags, text[-3000:])
-
-
-# --- docs/performance.md holds the current figures, CHANGELOG.md their history -------------------------------------
-
-def test_performance_page_gives_each_benchmark_at_one_commit_and_the_history_is_in_the_changelog():
-    """A section of docs/performance.md measures at one commit; earlier ones (before/after) belong in CHANGELOG.md."""
-    page = (ROOT / "docs" / "performance.md").read_text(encoding="utf-8")
-    changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
-    sections = re.split(r"^## ", page, flags=re.M)[1:]
-    assert [s.splitlines()[0] for s in sections] == ["Throughput", "Full scale"]
-    for section in sections:
-        assert len(set(re.findall(r"`([0-9a-f]{7,40})`", section))) <= 1, section.splitlines()[0]
-    assert "tried without effect" not in page.lower()
-    assert "tried without effect" in changelog.lower() and "](../CHANGELOG.md)" in page
