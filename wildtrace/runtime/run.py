@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import functools
 import logging
 import shlex
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -125,37 +124,16 @@ def build_scores(cfg: WildtraceConfig, dataset: Dataset, outcome: Outcome) -> di
             "judge_panel": cfg.judge_panel.name, "dataset": cfg.dataset.name, "tasks": rows}
 
 
-#: The process's one commit lookup (look_up_commit), and the lock that keeps it one.
-_COMMIT: list[Future[str]] = []
-_COMMIT_LOCK = threading.Lock()
-
-
+@functools.cache
 def git_commit() -> str:
     """The harness's git commit (with -dirty), or "unknown" outside a checkout: looked up once a process.
 
-    The code a process runs is the code it imported, so a sweep's later jobs need not ask git
-    again; the first lookup runs on a thread of its own from the start of the first ``run``
-    (``look_up_commit``), so its two git processes (about 8 ms here) overlap the run's calls
-    instead of following them.
+    The code a process runs is the code it imported, so a sweep's later jobs need not ask git again.
     """
-    return look_up_commit().result()
-
-
-def look_up_commit() -> Future[str]:
-    """The once-a-process commit lookup, started on its first call."""
-    with _COMMIT_LOCK:
-        if not _COMMIT:
-            future: Future[str] = Future()
-            _COMMIT.append(future)
-
-            def look() -> None:
-                try:
-                    future.set_result(_ask_git())
-                except Exception:  # noqa: BLE001 - the commit is provenance, never a reason for a run to fail
-                    future.set_result("unknown")
-
-            threading.Thread(target=look, name="wildtrace-git-commit", daemon=True).start()
-        return _COMMIT[0]
+    try:
+        return _ask_git()
+    except Exception:  # noqa: BLE001 - the commit is provenance, never a reason for a run to fail
+        return "unknown"
 
 
 def _ask_git() -> str:
@@ -410,7 +388,6 @@ def run(cfg: WildtraceConfig, overrides: Sequence[str] = (), parent_run_id: str 
     hears the run's events (the entry point hands in MLflow tracking).
     """
     install_log_filter()
-    look_up_commit()  # on its own thread while the run goes on: run_stats.json's git_commit
     observer = observer or RunObserver()
     out_dir = Path(cfg.out_dir or Path(cfg.root) / "runs" / "adhoc").resolve()
     plan = build_plan(cfg)
