@@ -1,4 +1,4 @@
-"""Write docs/configuration-reference.md from the structured-config schemas' own documentation.
+"""Write docs/reference/configuration-reference.md from the structured-config schemas' own documentation.
 
 Every schema in ``wildtrace/config.py`` documents its fields with ``#:`` comments above them
 (the Sphinx convention); this reads them with ``ast`` and the source lines, so the reference
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "wildtrace" / "config.py"
 #: Schemas the config uses from the core, by file: the one type of an idea lives where the spec does.
 CORE_SCHEMAS = {ROOT / "wildtrace" / "core" / "caps.py": ("Caps",)}
-PAGE = ROOT / "docs" / "configuration-reference.md"
+PAGE = ROOT / "docs" / "reference" / "configuration-reference.md"
 
 
 @dataclass(frozen=True)

@@ -244,7 +244,8 @@ def test_plus_typos_fail_naming_the_key_and_the_nearest_valid_one(overrides, unk
     assert message in str(info.value)
 
 
-#: Gemini-2.5-Flash is retired on Google's host (docs/routes.md): prepare() refuses it there, not at a gateway.
+#: Gemini-2.5-Flash is retired on Google's host (docs/providers/routes.md): prepare() refuses it there,
+#: not at a gateway.
 GEMINI_FLASH_GATEWAY = "judge_panel.judges.gemini_flash.base_url=https://gateway.example"
 
 

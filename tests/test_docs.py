@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_the_configuration_reference_is_current_and_every_field_documented():
-    """docs/configuration-reference.md is generated from wildtrace/config.py's ``#:`` comments."""
+    """docs/reference/configuration-reference.md is generated from wildtrace/config.py's ``#:`` comments."""
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "config_reference.py"), "--check"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
@@ -35,7 +35,7 @@ PLACEHOLDERS = ("…", "...", "$", "model=my-model")
 def doc_commands() -> list[tuple[str, str]]:
     """(file, command) for every ``python -m wildtrace…`` line of a bash block in README.md and docs/."""
     out = []
-    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
         for block in re.findall(r"```bash\n(.*?)```", path.read_text(encoding="utf-8"), re.S):
             for line in re.sub(r"\\\n\s*", " ", block).splitlines():
                 for part in re.split(r"&&|;", line):
@@ -64,7 +64,8 @@ def _variants(overrides: list[str]) -> list[list[str]]:
 
 def test_the_docs_show_commands():
     found = doc_commands()
-    assert len(found) > 30 and {f for f, _ in found} >= {"README.md", "docs/team.md", "docs/reports.md"}
+    pages = {f for f, _ in found}
+    assert len(found) > 30 and pages >= {"README.md", "docs/team/team.md", "docs/experiments/reports.md"}
 
 
 @pytest.mark.parametrize(("where", "command"), [c for c in doc_commands()
@@ -86,7 +87,7 @@ def test_a_documented_hydra_command_composes(where, command):
     # A reader's placeholder, or a sweep Hydra expands only in a multirun (glob, range), is left out.
     args = [a for a in args if not any(p in a for p in PLACEHOLDERS) and "=glob(" not in a and "=range(" not in a]
     if "hydra/launcher=ray_cluster" in args and importlib.util.find_spec("hydra_plugins.hydra_ray_launcher") is None:
-        pytest.skip("hydra-ray-launcher is not installed (docs/team.md)")
+        pytest.skip("hydra-ray-launcher is not installed (docs/team/team.md)")
     register()
     importlib.import_module({"wildtrace.report": "wildtrace.report.app"}.get(module, module))  # its schema
     for overrides in _variants(args):

@@ -1,4 +1,4 @@
-"""Every entry point behaves alike (docs/entry-points.md), checked through the real CLIs.
+"""Every entry point behaves alike (docs/reference/entry-points.md), checked through the real CLIs.
 
 Bad input exits 2 with one error line in the common format and no traceback, before any
 request; ``--help`` says what wildtrace is before Hydra's text; a mistyped group gets the same
@@ -197,8 +197,8 @@ def test_run_returns_the_headline_and_the_entry_point_prints_it(tmp_path: Path, 
 
 
 def test_the_exit_code_table_is_the_enum() -> None:
-    """docs/entry-points.md lists every ExitCode (value and name), so a new one lands in the table too."""
-    text = (ROOT / "docs" / "entry-points.md").read_text(encoding="utf-8")
+    """docs/reference/entry-points.md lists every ExitCode (value and name), so a new one lands in the table too."""
+    text = (ROOT / "docs" / "reference" / "entry-points.md").read_text(encoding="utf-8")
     rows = dict(re.findall(r"^\| (\d+) \| `(\w+)` \|", text, re.M))
     assert {int(v): n for v, n in rows.items()} == {int(c): c.name for c in ExitCode}
 

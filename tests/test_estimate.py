@@ -166,7 +166,8 @@ def test_the_command_prints_a_table_writes_estimate_json_and_sends_nothing(tmp_p
                               text=True, timeout=300)
         assert server.calls == []
     assert proc.returncode == 0, proc.stderr[-3000:]
-    # The paper's third judge is retired at Google (docs/routes.md): a run would be refused, the estimate warns.
+    # The paper's third judge is retired at Google (docs/providers/routes.md): a run would be refused,
+    # the estimate warns.
     assert "gemini_flash: route 'gemini-2.5-flash'" in proc.stderr and "estimated all the same" in proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].split()[:3] == ["endpoint", "calls", "input"]

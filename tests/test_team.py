@@ -1,5 +1,5 @@
 """Team scale: many jobs against one `mlflow server` on a real PostgreSQL, one cache shared by
-processes in different folders, and a sweep resumed on another machine (docs/team.md)."""
+processes in different folders, and a sweep resumed on another machine (docs/team/team.md)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 The tail is measured in what it does, not in seconds (a busy machine stretches seconds):
 every trace write MLflow's trace client makes is counted, and the counts before and after
 the run ends are compared with logging the same run all at the end. Wall-time figures
-come from the same comparison at 481 tasks (benchmarks/scale.py): today's tail in docs/performance.md,
+come from the same comparison at 481 tasks (benchmarks/scale.py): today's tail in docs/reference/performance.md,
 logging at the end (``c42484b``) beside it in benchmarks/HISTORY.md.
 """
 

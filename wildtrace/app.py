@@ -101,7 +101,7 @@ class RunDirCheck(Callback):
 def prepare(dict_cfg: DictConfig, overrides: list[str] | None = None, refuse_retired: bool = True) -> WildtraceConfig:
     """The composed config as validated settings: unknown keys (also ``+key=`` additions) fail first.
 
-    A retired first-party route (docs/routes.md) fails before any request; an entry point that
+    A retired first-party route (docs/providers/routes.md) fails before any request; an entry point that
     sends nothing (the estimate) passes ``refuse_retired=False`` and gets a warning instead.
     """
     check_overrides(overrides or [])

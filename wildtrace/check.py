@@ -9,7 +9,7 @@ Then prints a table (endpoint, route, the model that answered, status, latency, 
 temperature was accepted, the provider's message) and, beside it, the whole run's estimated
 cost (``python -m wildtrace.estimate``'s total); exits 1 if any endpoint failed or was
 answered by a model its ``served_model`` rule refuses, 2 on a config or key error
-(docs/entry-points.md). Its job log goes under ``<root>/checks/`` (conf/check.yaml), not ``runs/``.
+(docs/reference/entry-points.md). Its job log goes under ``<root>/checks/`` (conf/check.yaml), not ``runs/``.
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ def _check(dict_cfg: DictConfig) -> None:
     from wildtrace.runtime.secrets import MissingKeyError, install_log_filter, read_keys, redact
 
     install_log_filter()
-    route_console_to_stderr()  # stdout: the listing and the table; logs and errors: stderr (docs/entry-points.md)
+    # stdout: the listing and the table; logs and errors: stderr (docs/reference/entry-points.md)
+    route_console_to_stderr()
     try:
         cfg = prepare(dict_cfg, list(HydraConfig.get().overrides.task))  # the run's own checks, typos included
         answer, judge = samplings(cfg)

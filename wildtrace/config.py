@@ -37,7 +37,7 @@ class ConfigError(ValueError):
 
 @dataclass
 class RetiredConfig:
-    """The paper's exact model is gone from the first-party API (docs/routes.md): refused before any request.
+    """The paper's exact model is gone from the first-party API (docs/providers/routes.md): refused before any request.
 
     It applies while the endpoint's route is one of ``routes`` (dates and gateway prefixes
     aside) and its base_url's host is one of ``hosts`` (the provider's own API): pointing
@@ -65,7 +65,10 @@ ON_MISMATCH = ("warn", "fail")
 
 @dataclass
 class ServedModelConfig:
-    """What the responses' served model must be (docs/routes.md); a judge served by another model is unavailable."""
+    """What the responses' served model must be (docs/providers/routes.md).
+
+    A judge served by another model is unavailable.
+    """
 
     #: A regular expression the served model must match in full (case aside); null = derived from the route.
     expect: Optional[str] = None
@@ -75,7 +78,7 @@ class ServedModelConfig:
 
 @dataclass
 class PriceConfig:
-    """An endpoint's price (USD per million tokens, as the provider's pricing page lists it; docs/cost.md).
+    """An endpoint's price (USD per million tokens, as the provider's pricing page lists it; docs/providers/cost.md).
 
     Every field may be null: a price nobody confirmed stays unknown, and so does every cost made from it.
     """
@@ -134,11 +137,11 @@ class EndpointConfig:
     retired: Optional[RetiredConfig] = None
     #: The served-model rule: a response naming another model is warned about or refused.
     served_model: ServedModelConfig = field(default_factory=ServedModelConfig)
-    #: What the endpoint costs (docs/cost.md); null fields: unknown, and so is the cost.
+    #: What the endpoint costs (docs/providers/cost.md); null fields: unknown, and so is the cost.
     price: PriceConfig = field(default_factory=PriceConfig)
     #: A spend cap for this endpoint alone, in USD (null: none); see budget.max_usd.
     max_usd: Optional[float] = None
-    #: Send this endpoint's calls through the provider's batch API (openai, anthropic, gemini): docs/batch.md.
+    #: Send this endpoint's calls through the provider's batch API (openai, anthropic, gemini): docs/providers/batch.md.
     batch: bool = False
 
 
@@ -156,7 +159,7 @@ class ModelConfig(EndpointConfig):
     timeout_s: float = 900.0
     #: The provider's documented output-token limit (null = not documented/checked); the spec's
     #: budget is still sent, and a run whose budget exceeds it warns (config_check.output_limit_warning);
-    #: a call the provider rejects for its budget is sent again with this limit (docs/providers-dialects.md).
+    #: a call the provider rejects for its budget is sent again with this limit (docs/providers/providers-dialects.md).
     max_output_tokens: Optional[int] = None
     #: Where that limit is documented (named in the warning).
     max_output_tokens_source: Optional[str] = None
@@ -231,7 +234,7 @@ class RetryConfig:
 
 @dataclass
 class BatchConfig:
-    """Batch mode's waiting (docs/batch.md): how often a pending batch is polled, and for how long."""
+    """Batch mode's waiting (docs/providers/batch.md): how often a pending batch is polled, and for how long."""
 
     #: Seconds between two polls of a pending batch.
     poll_s: float = 60.0
@@ -283,7 +286,7 @@ class MlflowConfig:
 
 @dataclass
 class BudgetConfig:
-    """The whole run's spend cap (docs/cost.md): no call is sent whose worst case would pass it."""
+    """The whole run's spend cap (docs/providers/cost.md): no call is sent whose worst case would pass it."""
 
     #: USD for every endpoint of the run together; null: no cap.
     max_usd: Optional[float] = None
@@ -319,9 +322,9 @@ class WildtraceConfig:
     mlflow: MlflowConfig = field(default_factory=MlflowConfig)
     #: One gateway for every endpoint (group ``access=gateway``).
     gateway: GatewayConfig = field(default_factory=GatewayConfig)
-    #: The whole run's spend cap (docs/cost.md).
+    #: The whole run's spend cap (docs/providers/cost.md).
     budget: BudgetConfig = field(default_factory=BudgetConfig)
-    #: What ``wildtrace.estimate`` assumes of replies not yet seen (docs/cost.md).
+    #: What ``wildtrace.estimate`` assumes of replies not yet seen (docs/providers/cost.md).
     estimate: EstimateConfig = field(default_factory=EstimateConfig)
     #: Batch mode's polling and longest wait (which endpoints: model.batch, judge_panel.batch).
     batch: BatchConfig = field(default_factory=BatchConfig)

@@ -278,7 +278,7 @@ def spec_warnings(settings: WildtraceConfig) -> list[tuple[str, str]]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Retired routes (docs/routes.md): the paper's exact model is gone from the first-party API
+# Retired routes (docs/providers/routes.md): the paper's exact model is gone from the first-party API
 
 def _host(url: str) -> str:
     """The lower-case host of a base URL ("" when it has none)."""

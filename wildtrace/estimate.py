@@ -2,7 +2,7 @@
 
 Takes the same overrides as a run and plans it exactly as the run does (``run.plan_run``:
 caps, out-of-context tasks, cache hits, replicates, stage), then prices every call still
-to send (docs/cost.md):
+to send (docs/providers/cost.md):
 
 - input tokens from the prompt's characters: 3.3 characters a token for English documents,
   1.5 for CJK ones (the spec's ratios, the same the rate pacing uses);

@@ -1,4 +1,4 @@
-"""The exit statuses and the error line every entry point shares (docs/entry-points.md has the table).
+"""The exit statuses and the error line every entry point shares (docs/reference/entry-points.md has the table).
 
 One enum, so a script or CI job can tell "the input was wrong, nothing was sent" (2) from "the
 run went but failed" (1) whichever command it called; a new status (MLflow could not log, a
@@ -24,7 +24,7 @@ class ExitCode(IntEnum):
     RUN_FAILED = 1  #: it ran, and failed: every call of an endpoint failed, a store failed, a check failed
     BAD_INPUT = 2  #: refused before any request: a config, key, file or argument error (nothing sent)
     NOT_LOGGED = 3  #: finished, but MLflow could not log it (main's EXIT_NOT_LOGGED: mlflow.required, upload)
-    BUDGET = 4  #: a spend cap kept calls from being sent (main's EXIT_BUDGET, docs/cost.md)
+    BUDGET = 4  #: a spend cap kept calls from being sent (main's EXIT_BUDGET, docs/providers/cost.md)
     SIGINT = 130  #: stopped by Ctrl-C (the shell's 128 + 2); what arrived is kept
     SIGTERM = 143  #: stopped by SIGTERM (128 + 15); what arrived is kept
 

@@ -312,13 +312,14 @@ def _job(dict_cfg: DictConfig) -> None:
     from wildtrace.app import route_console_to_stderr
     from wildtrace.runtime.secrets import MissingKeyError
 
-    route_console_to_stderr()  # stdout: the probe's own lines; errors and logs: stderr (docs/entry-points.md)
+    route_console_to_stderr()  # stdout: the probe's own lines; errors and logs: stderr (docs/reference/entry-points.md)
     for noisy in ("httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
         cfg = to_settings(dict_cfg)
         assert isinstance(cfg, ProbeRunConfig)
-        # A retired first-party route is refused before any request (docs/routes.md); only the model is probed.
+        # A retired first-party route is refused before any request (docs/providers/routes.md);
+        # only the model is probed.
         check_retired(dataclasses.replace(cfg, stage="answer"), Path(_conf_dir()))
         if probe(cfg) is None:
             raise SystemExit(1)

@@ -1,7 +1,7 @@
 """What a call costs: token usage × the endpoint's price, as the providers bill it.
 
 Pure arithmetic over plain values, so the estimate, the spend cap and the cost every row
-records are the same sums. The rules (docs/cost.md):
+records are the same sums. The rules (docs/providers/cost.md):
 
 - prices are USD per million tokens: ``input``, ``cached_input`` (prompt-cache reads),
   ``output`` (reasoning tokens are output: every provider bills them so);

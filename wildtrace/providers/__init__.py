@@ -2,5 +2,5 @@
 
 Retry, backoff, timeouts, the concurrency bound and the cache wrap every provider once,
 in one place, so adding a provider is one module (its class: a request builder, a parser, a
-stream reader and its facts) and one line in registry.py (docs/providers.md, "Adding a provider").
+stream reader and its facts) and one line in registry.py (docs/providers/providers.md, "Adding a provider").
 """

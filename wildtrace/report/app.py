@@ -89,7 +89,7 @@ def _job(dict_cfg: DictConfig) -> None:
     from wildtrace.app import route_console_to_stderr
     from wildtrace.exitcodes import ExitCode, error
 
-    route_console_to_stderr()  # stdout: the leaderboard; warnings and errors: stderr (docs/entry-points.md)
+    route_console_to_stderr()  # stdout: the leaderboard; warnings and errors: stderr (docs/reference/entry-points.md)
     cfg = OmegaConf.to_object(dict_cfg)
     assert isinstance(cfg, ReportConfig)
     out_dir = Path(HydraConfig.get().runtime.output_dir)

@@ -2,7 +2,7 @@
 
 Pure statistics like ``stats``: frames and arrays in, numbers out, no I/O. Scores are 0–1
 task scores; the callers turn them into percentage points. The method is written out in
-docs/report-noise.md; in short:
+docs/experiments/report-noise.md; in short:
 
 * **Intra-rater reliability.** A unit is one answer (the same answer bytes) graded by one
   judge with the same settings; its coders are the judge replicates

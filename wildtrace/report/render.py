@@ -439,7 +439,8 @@ def page(report: Report, pngs: dict[str, bytes]) -> str:
         "replicates": _table(replicates) + _img(pngs.get("replicates.png"), "replicate spread"),
         "noise": "<p>For each row with replicates: the standard deviation of its overall score (pp) from task "
                  "sampling (bootstrap over tasks), answer sampling (decoding replicates) and judge sampling (judge "
-                 "replicates), a nested design (docs/report-noise.md). A source that cannot be told apart from "
+                 "replicates), a nested design (docs/experiments/report-noise.md). A source that cannot be told "
+                 "apart from "
                  "another is not estimable and says why. These are the spreads of the row's score, the mean of "
                  "its runs: one run's judge spread is √(runs) times larger. #replicates' sd across runs measures "
                  "that directly, but from a few runs it is itself rough.</p>"

@@ -281,7 +281,7 @@ class Cache:
         if self.lock_refused is None:
             self.lock_refused = f"{self.directory}: {exc.strerror or exc}"
             log.warning("cache: the filesystem refuses locks (%s); calls are not locked against other processes, "
-                        "so one in flight elsewhere may be paid twice (docs/team.md)", self.lock_refused)
+                        "so one in flight elsewhere may be paid twice (docs/team/team.md)", self.lock_refused)
 
     @staticmethod
     def _open_lock(path: Path) -> int | None:

@@ -50,7 +50,7 @@ log = logging.getLogger("wildtrace")
 
 #: Exit statuses (wildtrace/exitcodes.py): a finished run, an endpoint whose every call failed or a
 #: store that failed, a finished run that MLflow did not log (with ``mlflow.required``; upload logs
-#: it later), a spend cap that kept calls from being sent (docs/cost.md), and a stop by signal.
+#: it later), a spend cap that kept calls from being sent (docs/providers/cost.md), and a stop by signal.
 EXIT_OK, EXIT_FAILED, EXIT_NOT_LOGGED = ExitCode.OK, ExitCode.RUN_FAILED, ExitCode.NOT_LOGGED
 EXIT_BUDGET = ExitCode.BUDGET
 EXIT_SIGNAL = SIGNAL_EXIT

@@ -5,7 +5,7 @@ and opened under a lock beside it (``mlflow.db.lock``): MLflow creates and migra
 store's schema when it first opens it, and two processes doing that at once corrupted it
 (``duplicate column name``, alembic errors, ``_alembic_tmp_*`` tables that broke every later
 run). A tracking server migrates its own database once, so it is the setting for many
-concurrent jobs (docs/mlflow-store.md).
+concurrent jobs (docs/mlflow/mlflow-store.md).
 """
 
 from __future__ import annotations
