@@ -822,3 +822,52 @@ def test_a_spend_cap_and_batch_mode_together_need_a_batch_price(cap):
     assert accepted.model.batch and accepted.model.price.batch_discount == 0.5
     with pytest.raises(ConfigError, match=r"model\.batch=true with .*max_usd: model\.price\.batch_discount is not set"):
         to_settings(compose_config(["model=gpt-4.1", "model.batch=true", cap, "model.price.batch_discount=null"]))
+
+
+class BatchServerWithFaults(BatchServer):
+    """``lost_polls``: how many polls of the first batch answer 404 (a proxy or replica that does not know it yet);
+    ``errors_first``: every item's results file holds a transient error line before its reply."""
+
+    lost_polls = 0
+    errors_first = False
+
+    def openai_poll(self, batch_id: str) -> Reply:
+        self.not_found = getattr(self, "not_found", {})
+        if batch_id == "batch_1" and self.not_found.get(batch_id, 0) < self.lost_polls:
+            self.not_found[batch_id] = self.not_found.get(batch_id, 0) + 1
+            return Reply(404, {"error": {"message": f"No batch found with id '{batch_id}'.",
+                                         "type": "invalid_request_error"}})
+        return super().openai_poll(batch_id)
+
+    def openai_finish(self, batch_id: str, batch: dict) -> None:
+        super().openai_finish(batch_id, batch)
+        if self.errors_first and batch.get("output_file_id"):
+            file_id = batch["output_file_id"]
+            errors = [json.dumps({"id": "batch_req_e", "custom_id": json.loads(line)["custom_id"],
+                                  "response": {"status_code": 500, "request_id": "req_e",
+                                               "body": {"error": {"message": "server error", "type": "server"}}},
+                                  "error": None}) + "\n" for line in self.files[file_id].decode().splitlines()]
+            self.files[file_id] = "".join(errors).encode() + self.files[file_id]
+
+
+@pytest.mark.parametrize("lost_polls, batches", [(1, ["batch_1"]), (2, ["batch_1", "batch_2"])])
+def test_one_404_on_a_poll_is_read_again_before_anything_is_sent_again(tmp_path, release, test_key, lost_polls,
+                                                                       batches):
+    """A batch is taken as gone only when a second read, a poll later, says 404 too: one 404 re-sends nothing."""
+    with BatchServerWithFaults() as server:
+        server.lost_polls = lost_polls
+        cfg = settings(tmp_path, [*overrides(server.url, release), "stage=answer"])
+        assert run(cfg).exit_code == 0
+    assert list(server.batches) == batches
+    assert [r["status"] for r in rows(Path(cfg.out_dir), "responses.json")] == ["answered"] * N_TASKS
+
+
+def test_a_reply_line_wins_over_an_error_line_for_the_same_custom_id(tmp_path, release, test_key):
+    """Several result lines for one item: the reply is taken (it was paid for), the item never sent again."""
+    with BatchServerWithFaults() as server:
+        server.errors_first = True
+        cfg = settings(tmp_path, [*overrides(server.url, release), "stage=answer"])
+        assert run(cfg).exit_code == 0
+    assert list(server.batches) == ["batch_1"] and sorted(server.seen.values()) == [1] * N_TASKS
+    answers = rows(Path(cfg.out_dir), "responses.json")
+    assert [(r["status"], r["attempts"]) for r in answers] == [("answered", 1)] * N_TASKS

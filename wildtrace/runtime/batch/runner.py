@@ -45,6 +45,9 @@ from wildtrace.runtime.secrets import redact
 
 log = logging.getLogger(__name__)
 
+#: A batch is taken as gone (its items sent again) only after this many 404s in a row, a poll apart.
+MISSING_READS = 2
+
 
 @dataclass
 class Want:
@@ -180,11 +183,20 @@ class Runner:
             return
         wanted = {key for key in record.custom_ids if key in self.wants}
         seen: set[str] = set()
+        errors: dict[str, Line] = {}  # an item's first line that is not a reply: taken only if no reply follows
         try:
             async for line in self.api.results(record.batch_id, status, wanted, self.max_line):
-                if line.custom_id in self.wants and line.custom_id not in seen:
-                    seen.add(line.custom_id)
+                key = line.custom_id
+                if key not in self.wants or key not in wanted:
+                    continue
+                seen.add(key)
+                if self._replied(line):
+                    errors.pop(key, None)
                     await self._take(record, line)
+                else:
+                    errors.setdefault(key, line)
+            for line in errors.values():
+                await self._take(record, line)
         except BatchError as exc:
             log.warning("%s: reading the results of batch %s failed: %s", self.label, record.batch_id, exc)
             for key in wanted - seen:
@@ -198,16 +210,20 @@ class Runner:
 
     async def _wait(self, record: BatchRecord) -> Status | None:
         """Poll until the batch is terminal; None when the run stops or the longest wait passes."""
+        missing = 0  # 404s in a row: one alone may be a proxy's or a replica's, and the batch may still bill
         while True:
             try:
                 status = await self.api.status(record.batch_id)
+                missing = 0
             except BatchError as exc:
-                if exc.status == 404:  # gone (deleted, another key): its items are sent again
+                missing = missing + 1 if exc.status == 404 else 0
+                if missing >= MISSING_READS:  # gone (deleted, another key): its items are sent again
                     log.warning("%s: batch %s is not known to the provider: %s", self.label, record.batch_id, exc)
                     record.state = BatchState.COLLECTED
                     self.ledger.save(record)
                     return Status(BatchState.MISSING, True, problem=str(exc))
-                log.warning("%s: polling batch %s failed (%s); polling again", self.label, record.batch_id, exc)
+                log.warning("%s: polling batch %s failed (%s); %s", self.label, record.batch_id, exc,
+                            "reading it again before anything is sent again" if missing else "polling again")
                 status = None
             if status is not None:
                 counts = ", ".join(f"{k} {v}" for k, v in status.counts.items())
@@ -231,6 +247,12 @@ class Runner:
                 return None  # stopped: the batch stays open in the ledger for a resumed run
             except TimeoutError:
                 pass
+
+    def _replied(self, line: Line) -> bool:
+        """A result line that is the model's reply (a 2xx that is no error in disguise): with several lines
+        for one custom_id it wins over any error, so an item that was answered (and paid) is never sent again."""
+        return (not line.unfinished and line.status is not None and 200 <= line.status < 300
+                and self.endpoint.provider.failure_status(line.payload) is None)
 
     async def _take(self, record: BatchRecord, line: Line) -> None:
         """One item's result line → its outcome, or a reason to send it again."""
