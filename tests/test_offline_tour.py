@@ -9,6 +9,7 @@ import pytest
 
 from tests.conftest import settings
 from wildtrace.config import package_data
+from wildtrace.core.caps import chars_within, count_ideographs, is_cjk, tokens_of
 from wildtrace.core.prompts import answer_prompt, judge_prompt
 from wildtrace.core.tasks import RubricItem
 from wildtrace.offline.extractive import extractive_answer
@@ -38,11 +39,19 @@ def sample():
     return [(task, read_document(dataset.documents[task.corpus_file].path)) for task in dataset.tasks]
 
 
-def reply(route: str, prompt: str, temperature: float | None, replicate: int) -> str:
+def reply(route: str, prompt: str, temperature: float | None, replicate: int, max_tokens: int = 8192) -> str:
+    return answered(route, prompt, temperature, replicate, max_tokens)[0]
+
+
+def answered(route: str, prompt: str, temperature: float | None, replicate: int,
+             max_tokens: int) -> tuple[str, str | None]:
+    """(text, finish reason) of an offline route, through its request builder and response parser."""
     provider = offline(route)
-    status, payload = provider.answer_locally(provider.build_request(prompt, Sampling(temperature, 64)).body, replicate)
+    body = provider.build_request(prompt, Sampling(temperature, max_tokens)).body
+    status, payload = provider.answer_locally(body, replicate)
     assert status == 200
-    return provider.parse_response(payload).text
+    parsed = provider.parse_response(payload)
+    return parsed.text, parsed.finish_reason
 
 
 def test_extractive_is_greedy_up_to_the_spec_temperature(sample):
@@ -109,6 +118,41 @@ def test_jitter_never_awards_a_missing_item_nor_denies_a_full_match():
     prompt = judge_prompt("What failed?", rubric, "The pump failed at dawn.")
     for r in range(50):
         assert json.loads(reply("lexical-judge-lenient", prompt, 2.0, r))["points_awarded"] == [50, 0]
+
+
+@pytest.mark.parametrize("temperature", [0.1, 0.7])
+def test_extractive_stops_at_max_tokens_as_the_estimate_counts_them(sample, temperature):
+    for task, doc in sample:
+        prompt = answer_prompt(task.question_text, doc)
+        whole, reason = answered("extractive-bm25", prompt, temperature, 1, 32768)
+        assert reason == "stop"
+        cjk = is_cjk(count_ideographs(doc))
+        assert tokens_of(len(whole), cjk) > 64  # every sample answer is longer than 64 tokens
+        cut, reason = answered("extractive-bm25", prompt, temperature, 1, 64)
+        assert (reason, cut) == ("length", whole[:chars_within(64, cjk)])
+        assert tokens_of(len(cut), cjk) == 64
+        assert answered("extractive-bm25", prompt, temperature, 1, 1024) == (whole, "stop")
+
+
+@pytest.mark.parametrize(("chars", "cjk"), [(0, False), (211, False), (212, False), (96, True), (97, True)])
+def test_chars_within_is_the_inverse_of_the_token_estimate(chars, cjk):
+    tokens = tokens_of(chars, cjk)
+    assert tokens_of(chars_within(tokens, cjk), cjk) == tokens
+    assert tokens_of(chars_within(tokens, cjk) + 1, cjk) == tokens + 1
+
+
+def test_a_max_tokens_sweep_cuts_at_64_and_changes_nothing_where_it_cuts_nothing(tmp_path):
+    """At t = 0.4 the draw used to be seeded with the budget: 1024 and 32768 gave other answers."""
+    rows = {}
+    for budget in (64, 1024, 32768):
+        cfg = settings(tmp_path, ["decoding.temperature=0.4", f"decoding.max_tokens={budget}"])
+        cfg.out_dir = str(tmp_path / f"mt{budget}")
+        result = run(cfg)
+        rows[budget] = json.loads((result.out_dir / "responses.json").read_text(encoding="utf-8"))
+    assert {r["finish_reason"] for r in rows[64]} == {"length"}
+    assert {r["finish_reason"] for r in rows[1024]} == {"stop"}
+    assert [r["response"] for r in rows[1024]] == [r["response"] for r in rows[32768]]
+    assert all(full["response"].startswith(cut["response"]) for cut, full in zip(rows[64], rows[1024], strict=True))
 
 
 def test_default_run_headline_is_unchanged(tmp_path):

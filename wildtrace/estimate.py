@@ -19,7 +19,6 @@ folder. No key is read and no request is sent. Exit 2 on a config or data error.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -30,19 +29,11 @@ from omegaconf import DictConfig
 from wildtrace.app import CONF_DIR, check_command_line, prepare, route_console_to_stderr
 from wildtrace.exitcodes import fail
 from wildtrace.config import ConfigError, WildtraceConfig, batch_labels, price_of, register
+from wildtrace.core.caps import CHARS_PER_TOKEN, tokens_of
 from wildtrace.core.cost import Billable, Price, exact_cost, in_tier
 from wildtrace.runtime.pipeline import PlannedCall
 
 register()
-
-#: The spec's characters per token (§3), by the document's script.
-CHARS_PER_TOKEN = {"en": 3.3, "cjk": 1.5}
-
-
-def tokens_of(chars: int, cjk: bool) -> int:
-    """Input tokens from characters at the script's ratio (rounded up)."""
-    return math.ceil(max(chars, 0) / CHARS_PER_TOKEN["cjk" if cjk else "en"])
-
 
 def _usd(price: Price | None, input_tokens: int, output_tokens: int, batched: bool = False) -> float | None:
     exact = exact_cost(price, Billable(input_tokens, 0, output_tokens), batched)

@@ -29,6 +29,7 @@ from omegaconf import DictConfig
 
 from wildtrace.config import ConfigError, WildtraceConfig, register, to_settings
 from wildtrace.config_check import check_retired
+from wildtrace.core.caps import CHARS_PER_TOKEN
 from wildtrace.core.prompts import answer_prompt
 from wildtrace.core.records import CallResult, FailReason
 from wildtrace.providers.base import Provider
@@ -36,8 +37,6 @@ from wildtrace.exitcodes import ExitCode, fail
 
 log = logging.getLogger(__name__)
 
-#: The spec's rough characters per token (§3), for the cost estimate only.
-CHARS_PER_TOKEN = {"en": 3.3, "cjk": 1.5}
 QUESTION = {"en": "What is the number of the last numbered line in the document?",
             "cjk": "文档中最后一行的编号是多少？"}
 _EN_LINES = ("Line {n}: the survey crew logged the river gauge at {m} centimetres before noon.",

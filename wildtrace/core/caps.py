@@ -6,6 +6,7 @@ is). CJK documents get the smaller cjk cap because they pack more tokens per cha
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 
@@ -18,6 +19,9 @@ CJK_THRESHOLD = 20
 #: The one range the spec counts: 一 (U+4E00) to 鿿 (U+9FFF). Extension A, compatibility
 #: ideographs, kana and hangul deliberately do not count.
 CJK_FIRST, CJK_LAST = "\u4e00", "\u9fff"
+#: The spec's characters per token (§3), by the document's script: the one token estimate
+#: (the cost estimate, the offline model's budget).
+CHARS_PER_TOKEN = {"en": 3.3, "cjk": 1.5}
 
 
 class CapKind(StrEnum):
@@ -86,3 +90,18 @@ def decide(doc_chars: int, ideographs: int, caps: Caps) -> CapsDecision:
 def decide_for_text(document: str, caps: Caps) -> CapsDecision:
     """Convenience: the caps decision for a document held in memory."""
     return decide(len(document), count_ideographs(document), caps)
+
+
+def tokens_of(chars: int, cjk: bool) -> int:
+    """Tokens from characters at the script's ratio (rounded up)."""
+    return math.ceil(max(chars, 0) / CHARS_PER_TOKEN["cjk" if cjk else "en"])
+
+
+def chars_within(tokens: int, cjk: bool) -> int:
+    """The most characters whose ``tokens_of`` is at most ``tokens`` (0 for a budget below 1)."""
+    chars = max(math.floor(tokens * CHARS_PER_TOKEN["cjk" if cjk else "en"]), 0)
+    while chars > 0 and tokens_of(chars, cjk) > tokens:  # float rounding of the product
+        chars -= 1
+    while tokens_of(chars + 1, cjk) <= tokens:
+        chars += 1
+    return chars

@@ -1,7 +1,9 @@
 """The extractive baseline: BM25 over the document's sentences, answering with the best.
 
 A real (if weak) baseline for long-document QA: it never reasons, it only retrieves, so
-its score says how much of a rubric plain lexical retrieval can reach.
+its score says how much of a rubric plain lexical retrieval can reach. Like a model, it
+stops at its completion budget: an answer longer than ``max_tokens`` (counted as the
+cost estimate counts them, ``core.caps.tokens_of``) is cut there, finish reason ``length``.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import math
 import random
 from collections import Counter
 
+from wildtrace.core.caps import chars_within, count_ideographs, is_cjk
 from wildtrace.core.prompts import ANSWER_HEAD, ANSWER_MIDDLE
 from wildtrace.offline.text import sentences, tokens
 
@@ -19,6 +22,8 @@ ANSWER_CHARS = 1500
 #: At or below this temperature the baseline answers greedily: the spec decodes at 0.1,
 #: and keeping that setting deterministic keeps the default run's headline what it was.
 GREEDY_MAX_TEMPERATURE = 0.1
+#: The finish reasons of a whole answer and of one the budget cut (OpenAI's words).
+STOP, LENGTH = "stop", "length"
 
 
 def split_answer_prompt(prompt: str) -> tuple[str, str]:
@@ -78,7 +83,21 @@ def extractive_answer(question: str, document: str, budget: int = ANSWER_CHARS, 
     return " ".join(sents[i] for i in sorted(chosen))
 
 
-def answer_from_prompt(prompt: str, temperature: float | None = None, rng: random.Random | None = None) -> str:
-    """What the baseline replies to an answer prompt (sampled above GREEDY_MAX_TEMPERATURE)."""
+def within_budget(answer: str, max_tokens: int | None, cjk: bool) -> tuple[str, str]:
+    """(text, finish reason): the answer whole (``stop``), or its first ``max_tokens`` tokens (``length``).
+
+    ``cjk``: the document's script by the spec's rule, as the estimate counts it.
+    """
+    if max_tokens is None:
+        return answer, STOP
+    limit = chars_within(max_tokens, cjk)
+    return (answer, STOP) if len(answer) <= limit else (answer[:limit], LENGTH)
+
+
+def answer_from_prompt(prompt: str, temperature: float | None = None, rng: random.Random | None = None,
+                       max_tokens: int | None = None) -> tuple[str, str]:
+    """(reply text, finish reason) of the baseline to an answer prompt (sampled above
+    GREEDY_MAX_TEMPERATURE, cut at ``max_tokens``)."""
     question, document = split_answer_prompt(prompt)
-    return extractive_answer(question, document, temperature=temperature, rng=rng)
+    answer = extractive_answer(question, document, temperature=temperature, rng=rng)
+    return within_budget(answer, max_tokens, is_cjk(count_ideographs(document)))

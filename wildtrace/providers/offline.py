@@ -7,9 +7,11 @@ runtime/http.py — over an in-process transport instead of a socket — so the 
 default exercises the same path as a paid run: request body, retry layer, cache and
 response parser.
 
-Sampling is seeded from (replicate index, sha256 of the request body): the same request
-at the same replicate gets the same reply (so the cache and a rerun agree), a new
-replicate or another temperature gets a fresh draw.
+Sampling is seeded from (replicate index, sha256 of the request body without its budget):
+the same request at the same replicate gets the same reply (so the cache and a rerun
+agree), a new replicate or another temperature gets a fresh draw, and another
+``max_tokens`` only cuts the same draw where it is too long (a budget that cuts nothing
+changes nothing).
 """
 
 from __future__ import annotations
@@ -27,37 +29,52 @@ from wildtrace.offline.extractive import answer_from_prompt
 from wildtrace.offline.lexical_judge import STRICTNESS, judge_reply
 from wildtrace.providers.openai import OpenAIProvider
 
-#: route → f(prompt, temperature, rng) → reply text. ``lexical-judge`` ignores the
-#: temperature so the default run (one judge at t=0.1) stays deterministic.
-Answer = Callable[[str, "float | None", random.Random], str]
+#: route → f(prompt, temperature, rng, max_tokens) → (reply text, finish reason). ``lexical-judge``
+#: ignores the temperature so the default run (one judge at t=0.1) stays deterministic.
+Answer = Callable[[str, "float | None", random.Random, "int | None"], tuple[str, str]]
 ROUTES: dict[str, Answer] = {
-    "extractive-bm25": lambda prompt, t, rng: answer_from_prompt(prompt, t, rng),
-    "lexical-judge": lambda prompt, t, rng: judge_reply(prompt),
-    **{route: functools.partial(lambda prompt, t, rng, threshold: judge_reply(prompt, threshold, t, rng),
-                                threshold=threshold) for route, threshold in STRICTNESS.items()},
+    "extractive-bm25": answer_from_prompt,
+    "lexical-judge": lambda prompt, t, rng, budget: (judge_reply(prompt), "stop"),
+    **{route: functools.partial(lambda prompt, t, rng, budget, threshold:
+                                (judge_reply(prompt, threshold, t, rng), "stop"), threshold=threshold)
+       for route, threshold in STRICTNESS.items()},
 }
+#: The request fields a completion budget goes under (``budget_field`` of an endpoint).
+BUDGET_FIELDS = ("max_tokens", "max_completion_tokens")
 
 
-def _reply(route: str, text: str) -> dict:
+def _reply(route: str, text: str, finish_reason: str) -> dict:
     return {
         "id": "offline",
         "object": "chat.completion",
         "model": route,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish_reason}],
         "usage": {},
     }
 
 
 def seed_of(body: Any, replicate: int) -> int:
-    """The sampling seed for one request: sha256 of the replicate index and of the body's canonical JSON."""
+    """The sampling seed for one request: sha256 of the replicate index and of the body's canonical JSON,
+    its budget left out (``max_tokens`` only cuts an answer, it never draws another)."""
+    if isinstance(body, dict):
+        body = {k: v for k, v in body.items() if k not in BUDGET_FIELDS}
     body_sha = hashlib.sha256(json.dumps(body, sort_keys=True, ensure_ascii=False, default=str).encode("utf-8"))
     material = f"{int(replicate)}:{body_sha.hexdigest()}".encode("ascii")
     return int.from_bytes(hashlib.sha256(material).digest()[:8], "big")
 
 
-def _temperature(body: dict) -> float | None:
-    value = body.get("temperature")
+def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _temperature(body: dict) -> float | None:
+    return _number(body.get("temperature"))
+
+
+def _budget(body: dict) -> int | None:
+    """The request's completion budget (under either field), None when it sets none."""
+    value = _number(next((body[f] for f in BUDGET_FIELDS if f in body), None))
+    return None if value is None else int(value)
 
 
 class OfflineProvider(OpenAIProvider):
@@ -80,6 +97,7 @@ class OfflineProvider(OpenAIProvider):
             return 404, {"error": {"message": f"unknown offline route {route!r}; known: {sorted(ROUTES)}"}}
         try:
             rng = random.Random(seed_of(body, replicate))
-            return 200, _reply(route, answer(body["messages"][-1]["content"], _temperature(body), rng))
+            text, finish_reason = answer(body["messages"][-1]["content"], _temperature(body), rng, _budget(body))
+            return 200, _reply(route, text, finish_reason)
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             return 400, {"error": {"message": f"offline route {route!r} cannot read this request: {exc}"}}
