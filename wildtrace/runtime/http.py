@@ -48,7 +48,7 @@ from wildtrace.core.records import CallResult, FailReason, Usage
 from wildtrace.providers.base import IncompleteStream, Provider, StreamError, WireRequest
 from wildtrace.runtime.budget import Ticket
 from wildtrace.runtime.cache import FILE_THREADS, Cache, StorageError, cache_key
-from wildtrace.runtime.ratelimit import AdaptiveLimit
+from wildtrace.runtime.ratelimit import AdaptiveLimit, Cost, Grant
 from wildtrace.runtime.retry import Quota, Resend, Retry, RetryPolicy, Seen, failure_reason, next_step, retry_hint
 from wildtrace.runtime.secrets import ECHO_NOTE, redact, scrub
 from wildtrace.runtime.transport import ConnectionTransport
@@ -376,12 +376,12 @@ class Endpoint:
         """The request's bytes and cache key, made ahead of ``call`` (any thread: no state is touched)."""
         return prepare_request(self.provider, request, replicate)
 
-    async def call(self, request: WireRequest, replicate: int = 0, cost_tokens: int = 0,
+    async def call(self, request: WireRequest, replicate: int = 0, cost: Cost | None = None,
                    prepared: Prepared | None = None, ticket: Ticket | None = None,
                    storing: Callable[[], None] | None = None) -> CallResult:
         """The outcome of one logical request: from the cache, or fetched (with retries) and stored.
 
-        ``cost_tokens`` is the request's estimated size, for pacing against a token budget;
+        ``cost``: what the request counts against the rate limits (its estimated tokens), for pacing;
         ``prepared``: ``prepare(request, replicate)`` already made (off the event loop);
         ``ticket``: the call's claim on a spend cap, reserved on a cache miss just before sending
         (runtime/budget.py); refused, the call is not sent and comes back ``budget_exhausted``;
@@ -405,7 +405,7 @@ class Endpoint:
                     return hit
                 if ticket is not None and not await ticket.reserve():
                     return ticket.refusal()  # never stored: a rerun with a higher cap sends it
-                result = await self._fetch(request, content, cost_tokens, replicate)
+                result = await self._fetch(request, content, cost or Cost(), replicate)
                 if isinstance(result, Resend):
                     continue  # rebuilt with what the endpoint learned; looked up again under its new key
                 result = self._finish(self._budget_noted(result, request, asked), request)
@@ -481,7 +481,7 @@ class Endpoint:
             return result
         return replace(result, error=redact(result.error), raw=scrub(result.raw)[0])  # iterative: any depth
 
-    async def _fetch(self, request: WireRequest, content: bytes, cost_tokens: int,
+    async def _fetch(self, request: WireRequest, content: bytes, cost: Cost,
                      replicate: int) -> CallResult | Resend:
         """Attempts until ``retry.next_step`` ends them: an outcome, or a Resend (not an attempt of the task)."""
         started, started_at = time.perf_counter(), time.time()
@@ -500,7 +500,7 @@ class Endpoint:
         if self._local:  # the in-process answerer seeds its sampling from the replicate index
             wire = replace(wire, headers={**wire.headers, REPLICATE_HEADER: str(replicate)})
         for attempt_no in range(1, self.retry.max_retries + 2):
-            attempt = await self._send(wire, content, cost_tokens)
+            attempt = await self._send(wire, content, cost)
             result = self._received(attempt, attempt_no, time.perf_counter() - started) if attempt.success else None
             if result is not None and result.reason != FailReason.BAD_RESPONSE:
                 return replace(result, started_at=started_at)
@@ -544,8 +544,8 @@ class Endpoint:
 
     # ------------------------------------------------------------------ one attempt
 
-    async def _send(self, wire: WireRequest, content: bytes, cost_tokens: int) -> Attempt:
-        await self.limit.acquire(cost_tokens)
+    async def _send(self, wire: WireRequest, content: bytes, cost: Cost) -> Attempt:
+        grant = await self.limit.acquire(cost)
         slot = await self._slots.get()
         attempt = Attempt(failure="transport_error: not sent")
         try:
@@ -554,13 +554,14 @@ class Endpoint:
             if self._outdated(wire):
                 attempt = Attempt(stale=True)
             else:
-                attempt = self._undisguise(await self._attempt(slot, wire, content))
+                attempt = self._undisguise(await self._attempt(slot, wire, content, grant))
         finally:
             self._slots.put_nowait(slot)
-            self.limit.release(attempt.status, attempt.headers, attempt.payload)
+            self.limit.release(grant, attempt.status, attempt.headers, attempt.payload)
         return attempt
 
-    async def _attempt(self, transport: httpx.AsyncBaseTransport, request: WireRequest, content: bytes) -> Attempt:
+    async def _attempt(self, transport: httpx.AsyncBaseTransport, request: WireRequest, content: bytes,
+                       grant: Grant) -> Attempt:
         # Straight to the slot's transport: none of a client's layers (redirects, cookies,
         # auth flows, proxy mounts) apply to a JSON POST, and skipping them is measurably faster.
         headers = {"content-type": "application/json", "accept-encoding": ACCEPT_ENCODING, **request.headers,
@@ -573,7 +574,7 @@ class Endpoint:
                                      extensions=self._extensions)
                 response = await transport.handle_async_request(wire)
                 try:
-                    return await self._read(response)
+                    return await self._read(response, grant)
                 finally:
                     await response.aclose()
         except TimeoutError:
@@ -585,8 +586,9 @@ class Endpoint:
         except httpx.InvalidURL as exc:
             return Attempt(failure=f"transport_error: invalid URL: {exc}")
 
-    async def _read(self, response: httpx.Response) -> Attempt:
+    async def _read(self, response: httpx.Response, grant: Grant) -> Attempt:
         status, headers = response.status_code, {k.lower(): v for k, v in response.headers.items()}
+        self.limit.observe(grant, status, headers)  # a stream's budget headers pace the next sends now
         success = 200 <= status < 300
         try:
             chunks = decoded_body(self._chunks(response), headers.get("content-encoding", ""))

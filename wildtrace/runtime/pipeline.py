@@ -33,7 +33,7 @@ from wildtrace.runtime.cache import Cache
 from wildtrace.runtime.dataset import Dataset, read_document
 from wildtrace.runtime.http import Endpoint, Prepared, interpret, prepare_request
 from wildtrace.runtime.plan import Plan, PlannedAnswer, sha256_text
-from wildtrace.runtime.ratelimit import estimate_tokens
+from wildtrace.runtime.ratelimit import Cost, estimate_tokens
 from wildtrace.runtime.served import enforce
 
 
@@ -278,7 +278,7 @@ class _Ready:
 
     task: Task
     prepared: Prepared | None = None
-    cost: int = 0  # the request's estimated tokens, for pacing
+    cost: Cost = field(default_factory=Cost)  # what the request counts against the rate limits, for pacing
     prompt_sha256: str = ""
     error: Exception | None = None  # preparing it raised (an unreadable document): the worker raises it
     #: The cache held its answer when it was readied: its document was not read again (the plan's request).
@@ -314,7 +314,7 @@ class _Run:
         prompt = answer_prompt(task.question_text, read_document(plan.dataset.document(task).path))
         request = plan.model.provider.build_request(prompt, plan.answer_sampling)
         cjk = decision.cap_kind == CapKind.CJK
-        cost = estimate_tokens(len(prompt), cjk, max_tokens=plan.answer_sampling.max_tokens)
+        cost = Cost(estimate_tokens(len(prompt), cjk), plan.answer_sampling.max_tokens)
         prepared = plan.model.prepare(request, plan.answer_replicate)
         # The bytes the plan hashed, byte for byte (the key says so): its prompt's sha256 is this one's.
         planned = plan.answers.get(task.question_id)
@@ -385,7 +385,7 @@ class _Run:
     async def judge(self, judge: Endpoint, task: Task, response: str) -> JudgmentRecord:
         prompt = judge_prompt(task.question_text, task.rubric, response)
         request = judge.provider.build_request(prompt, self.plan.judge_sampling)
-        cost = estimate_tokens(len(prompt), False, max_tokens=self.plan.judge_sampling.max_tokens)
+        cost = Cost(estimate_tokens(len(prompt), False), self.plan.judge_sampling.max_tokens)
         ticket = self.plan.ledger.ticket(judge.label, len(prompt.encode("utf-8")),
                                          self.plan.judge_sampling.max_tokens)
         try:

@@ -1,24 +1,27 @@
-"""An adaptive per-endpoint limit: concurrency that backs off and recovers, and token pacing.
+"""An endpoint's pacing at its rate limit: a token budget per window, and concurrency that recovers.
 
 One ``AdaptiveLimit`` per endpoint. Every HTTP attempt (first try or retry) does
-``await limit.acquire(cost_tokens)`` before it is sent and ``limit.release(status, headers)``
-after it ends, whatever the outcome. Two things decide when an attempt may start:
+``grant = await limit.acquire(cost)`` before it is sent, ``limit.observe(grant, status, headers)``
+when its status and headers arrive (a streamed answer's come first), and
+``limit.release(grant, status, headers)`` when it ends, whatever the outcome.
 
-- **Concurrency**, additive-increase / multiplicative-decrease: a 429 or 529 halves the limit
-  (floor 1, at most once per ``cooldown_s`` so one burst counts once) and pauses the endpoint
-  for the server's retry hint, or for a pause that doubles with each throttle in a row; every
-  ``increase_after`` successes add 1, up to ``max_concurrency``. A budget header showing less
-  than ``low_fraction`` of a window left halves it too; it recovers once the budget clears.
-- **Pacing by budget**: the ``x-ratelimit-*`` (OpenAI, and LiteLLM's ``llm_provider-`` relay)
-  and ``anthropic-ratelimit-*`` headers say how many tokens and requests are left until when.
-  An attempt whose estimated prompt tokens exceed what is left waits for the reset, so big
-  prompts do not all start at once into a tokens-per-minute wall. The budget is taken to come
-  back whole at the reset (conservative for the providers' token buckets, exact for fixed
-  windows). An attempt larger than the whole budget still goes, alone, once the window is
-  fresh: nothing waits forever.
+- **Budget headers pace the sends.** OpenAI's ``x-ratelimit-*`` (and LiteLLM's ``llm_provider-``
+  relay) and Anthropic's ``anthropic-ratelimit-*`` say how many tokens and requests are left and
+  when the window is whole again. Each window is a token bucket on the limiter's side: an attempt
+  costs its estimated prompt tokens (``Cost``; OpenAI's ``tokens`` also count ``max_tokens``, as
+  OpenAI counts it when a request arrives; Anthropic's input and output windows are separate), it
+  waits until what is left covers it, and sends are spread at the window's rate (its size over the
+  longest reset it reported: the window is learned, not assumed). What is left is the provider's
+  latest figure less what this limiter sent since, so several jobs on one key pace on the
+  provider's count. Known budgets never halve the concurrency.
+- **A burst of 429s is one throttle.** Attempts sent before a throttle was seen answer 429 together;
+  only a 429 for an attempt sent after it is a new throttle. A throttle pauses the endpoint for the
+  server's hint (else for the budget's reset, else for a pause that doubles with each throttle in
+  a row) and, where no budget is known, halves the concurrency; successes add it back.
 
-Attempts are served first come, first served, so a big prompt is never starved by small ones.
-Header reading (``read_budget``, ``parse_go_duration``) is pure and never raises.
+Attempts are served first come, first served, so a big prompt is never starved by small ones;
+one larger than a whole window goes alone once it is fresh. Header reading (``read_budget``,
+``parse_go_duration``) is pure and never raises.
 """
 
 from __future__ import annotations
@@ -39,22 +42,42 @@ from wildtrace.runtime.retry import lower_headers, retry_hint
 CHARS_PER_TOKEN_EN = 3.3
 CHARS_PER_TOKEN_CJK = 1.5
 
-#: Header families (OpenAI's name part, Anthropic's name part) → the window they describe.
-#: Anthropic's ``tokens`` is the most restrictive of its limits, ``input-tokens`` its ITPM.
-_OPENAI = {"tokens": "tokens", "requests": "requests"}
-_ANTHROPIC = {"tokens": "tokens", "input-tokens": "input-tokens", "requests": "requests"}
-TOKEN_WINDOWS = ("tokens", "input-tokens")
+#: The windows read from the headers. OpenAI's ``tokens`` counts a request's prompt and its
+#: ``max_tokens``; Anthropic limits ``input-tokens`` and ``output-tokens`` separately (its output
+#: window counts ``max_tokens`` when a request starts), and its ``tokens`` is the most restrictive
+#: of the two, read only when they are not sent.
+_OPENAI = ("tokens", "requests")
+_ANTHROPIC = ("input-tokens", "output-tokens", "requests", "tokens")
 
 _GO_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
 _GO_UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 _MAX_RESET_S = 86_400.0
+#: Attempts remembered for taking a late figure's count forward (far more than are ever in flight).
+SENT_KEPT = 4096
 
 
-def estimate_tokens(prompt_chars: int, cjk: bool, *, max_tokens: int = 0) -> int:
-    """Tokens a prompt of ``prompt_chars`` characters costs (plus ``max_tokens`` if the provider
-    counts the completion budget against its limit at request time, as OpenAI does)."""
+def estimate_tokens(prompt_chars: int, cjk: bool) -> int:
+    """Tokens a prompt of ``prompt_chars`` characters costs, by the spec's rough sizes."""
     per_token = CHARS_PER_TOKEN_CJK if cjk else CHARS_PER_TOKEN_EN
-    return max(1, math.ceil(max(0, prompt_chars) / per_token)) + max(0, max_tokens)
+    return max(1, math.ceil(max(0, prompt_chars) / per_token))
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What one attempt counts against an endpoint's rate limits."""
+
+    input_tokens: int = 0  #: the prompt's estimated tokens
+    output_tokens: int = 0  #: the request's ``max_tokens`` (counted when it arrives)
+
+    def against(self, window: str) -> int:
+        """The units this attempt takes from a window (``read_budget``'s names)."""
+        if window == "requests":
+            return 1
+        if window == "input-tokens":
+            return self.input_tokens
+        if window == "output-tokens":
+            return self.output_tokens
+        return self.input_tokens + self.output_tokens
 
 
 @dataclass(frozen=True)
@@ -120,19 +143,19 @@ def _window(h: Mapping[str, str], limit: str, remaining: str, reset: str, wall_n
 
 def read_budget(headers: Mapping[str, str], wall_now: float | None = None) -> dict[str, Window]:
     """The budget windows a response's headers report, by name (``tokens``, ``input-tokens``,
-    ``requests``). Anthropic's headers first, then OpenAI's, then LiteLLM's relayed ones."""
+    ``output-tokens``, ``requests``). Anthropic's first, then OpenAI's, then LiteLLM's relayed ones."""
     now = time.time() if wall_now is None else wall_now
     h = lower_headers(headers)
     found: dict[str, Window] = {}
-    for part, name in _ANTHROPIC.items():
-        prefix = f"anthropic-ratelimit-{part}-"
+    for name in _ANTHROPIC:
+        prefix = f"anthropic-ratelimit-{name}-"
         window = _window(h, prefix + "limit", prefix + "remaining", prefix + "reset", now)
-        if window is not None:
-            found.setdefault(name, window)
+        if window is not None and not (name == "tokens" and ("input-tokens" in found or "output-tokens" in found)):
+            found[name] = window
     for relay in ("", "llm_provider-"):
-        for part, name in _OPENAI.items():
-            window = _window(h, f"{relay}x-ratelimit-limit-{part}", f"{relay}x-ratelimit-remaining-{part}",
-                             f"{relay}x-ratelimit-reset-{part}", now)
+        for name in _OPENAI:
+            window = _window(h, f"{relay}x-ratelimit-limit-{name}", f"{relay}x-ratelimit-remaining-{name}",
+                             f"{relay}x-ratelimit-reset-{name}", now)
             if window is not None:
                 found.setdefault(name, window)
     return found
@@ -142,23 +165,37 @@ def read_budget(headers: Mapping[str, str], wall_now: float | None = None) -> di
 class _Budget:
     """What the limiter believes of one window, on its own clock."""
 
-    limit: float | None
-    remaining: float | None
-    reset_at: float | None  # on the limiter's clock; None when the window is as full as it gets
+    limit: float | None = None  #: the window's size, once stated
+    remaining: float | None = None  #: left now: the provider's latest figure less what was sent since
+    reset_at: float | None = None  #: when it is whole again; None when as full as it gets
+    window_s: float | None = None  #: the longest reset it reported: the window's length, as learned
+    grant: int = -1  #: the attempt whose answer gave ``remaining``
+    next_at: float = -math.inf  #: sends are spread at the window's rate: the next not before this
 
     def roll(self, now: float) -> None:
         """A window past its reset is whole again (or unknown, if its size never was stated)."""
         if self.reset_at is not None and now >= self.reset_at:
             self.remaining, self.reset_at = self.limit, None
 
-    def low(self, fraction: float) -> bool:
-        """Less than ``fraction`` of a stated window left, and a reset still to come."""
-        return (self.limit is not None and self.remaining is not None and self.reset_at is not None
-                and self.remaining < fraction * self.limit)
+    def spread(self, need: int, now: float) -> None:
+        """Take ``need`` from what is left, and hold the next send for its share of the window."""
+        if self.remaining is not None:
+            self.remaining -= need
+        if self.limit and self.window_s:
+            self.next_at = max(self.next_at, now) + need * self.window_s / self.limit
+
+
+@dataclass
+class Grant:
+    """One attempt let through: what it costs and when, in order (``AdaptiveLimit.acquire``)."""
+
+    seq: int  #: the order it was let through in
+    cost: Cost
+    observed: bool = False  #: its status and headers were learned from (``AdaptiveLimit.observe``)
 
 
 class AdaptiveLimit:
-    """One endpoint's adaptive concurrency limit and token pacing (see the module docstring)."""
+    """One endpoint's pacing at its rate limit and its concurrency (see the module docstring)."""
 
     def __init__(
         self,
@@ -167,28 +204,31 @@ class AdaptiveLimit:
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
         increase_after: int = 4,
-        cooldown_s: float = 1.0,
         pause_base_s: float = 0.5,
         pause_max_s: float = 60.0,
-        low_fraction: float = 0.05,
     ) -> None:
-        """``clock`` schedules (monotonic); ``wall`` reads absolute reset times (epoch seconds)."""
+        """``clock`` schedules (monotonic); ``wall`` reads absolute reset times (epoch seconds).
+        ``pause_base_s`` is the first pause after a throttle that says nothing of when to come back."""
         if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int) or max_concurrency < 1:
             raise ValueError(f"max_concurrency must be an integer >= 1, got {max_concurrency!r}")
         self.max_concurrency = max_concurrency
         self._clock, self._wall = clock, wall
-        self._increase_after, self._cooldown_s = max(1, increase_after), cooldown_s
-        self._pause_base_s, self._pause_max_s, self._low_fraction = pause_base_s, pause_max_s, low_fraction
+        self._increase_after = max(1, increase_after)
+        self._pause_base_s, self._pause_max_s = pause_base_s, pause_max_s
         self._limit = max_concurrency
         self._in_flight = 0
         self._successes = 0
-        self._throttled_in_a_row = 0
-        self._last_decrease = -math.inf
+        self._seq = 0
+        self._throttle_mark = 0  # grants from here on were let through after the last throttle was seen
+        self._throttles_in_a_row = 0
         self._paused_until = -math.inf
         self._budgets: dict[str, _Budget] = {}
+        #: Attempts let through since the oldest figure in use (the first figure may answer any of them).
+        self._sent: collections.deque[Grant] = collections.deque(maxlen=SENT_KEPT)
         self._queue: collections.deque[object] = collections.deque()
         self._waiters: list[asyncio.Future[None]] = []
         self.throttled = 0  #: 429/529 answers seen (for run stats)
+        self.throttles = 0  #: of which new throttles (a burst counts once)
 
     @property
     def limit(self) -> int:
@@ -197,14 +237,14 @@ class AdaptiveLimit:
 
     @property
     def in_flight(self) -> int:
-        """Attempts acquired and not yet released."""
+        """Attempts let through and not yet released."""
         return self._in_flight
 
     # -- deciding ---------------------------------------------------------------------
 
-    def delay_for(self, cost_tokens: int) -> float | None:
-        """Seconds until an attempt of ``cost_tokens`` may start: 0.0 now, None when it must
-        wait for an attempt in flight to end (a concurrency slot, or a fresh budget)."""
+    def delay_for(self, cost: Cost) -> float | None:
+        """Seconds until an attempt of ``cost`` may start: 0.0 now, None when it must wait for
+        an attempt in flight to end (a concurrency slot, or a window it is larger than)."""
         now = self._clock()
         for budget in self._budgets.values():
             budget.roll(now)
@@ -214,20 +254,27 @@ class AdaptiveLimit:
             return None
         waits = [0.0]
         for name, budget in self._budgets.items():
-            need = cost_tokens if name in TOKEN_WINDOWS else 1
+            need = cost.against(name)
+            if need <= 0:
+                continue
+            waits.append(budget.next_at - now)
             if budget.remaining is None or need <= budget.remaining:
                 continue
             if budget.reset_at is not None:
                 waits.append(budget.reset_at - now)
             elif self._in_flight > 0:
-                return None  # larger than the whole window: it goes alone
+                return None  # larger than what the window holds: it goes alone
         return max(waits)
 
-    def _reserve(self, cost_tokens: int) -> None:
+    def _grant(self, cost: Cost) -> Grant:
+        now = self._clock()
         self._in_flight += 1
+        grant = Grant(self._seq, cost)
+        self._seq += 1
         for name, budget in self._budgets.items():
-            if budget.remaining is not None:
-                budget.remaining -= cost_tokens if name in TOKEN_WINDOWS else 1
+            budget.spread(cost.against(name), now)
+        self._sent.append(grant)
+        return grant
 
     def _wake(self) -> None:
         for waiter in self._waiters:
@@ -235,17 +282,16 @@ class AdaptiveLimit:
                 waiter.set_result(None)
         self._waiters.clear()
 
-    async def acquire(self, cost_tokens: int) -> None:
-        """Wait until under the current limit and the known budget allows ``cost_tokens`` now."""
+    async def acquire(self, cost: Cost) -> Grant:
+        """Wait until under the concurrency limit and the known budgets allow ``cost`` now."""
         ticket = object()
         self._queue.append(ticket)
         try:
             while True:
-                wait = self.delay_for(cost_tokens) if self._queue[0] is ticket else None
+                wait = self.delay_for(cost) if self._queue[0] is ticket else None
                 if wait == 0.0:
                     self._queue.popleft()
-                    self._reserve(cost_tokens)
-                    return
+                    return self._grant(cost)
                 waiter = asyncio.get_running_loop().create_future()
                 self._waiters.append(waiter)
                 with contextlib.suppress(TimeoutError):
@@ -259,52 +305,61 @@ class AdaptiveLimit:
 
     # -- learning ---------------------------------------------------------------------
 
-    def release(self, status: int | None, headers: Mapping[str, str], payload: object = None) -> None:
+    def observe(self, grant: Grant, status: int, headers: Mapping[str, str]) -> None:
+        """An answer's status and headers as they arrive (a stream's, before its body): a 2xx's
+        budget headers pace the next sends at once. Anything else is learned at ``release``."""
+        if 200 <= status < 300 and not grant.observed:
+            grant.observed = True
+            self._absorb(grant, read_budget(headers, self._wall()), self._clock())
+            self._succeed()
+            self._wake()
+
+    def release(self, grant: Grant, status: int | None, headers: Mapping[str, str], payload: object = None) -> None:
         """After each attempt, any outcome: learn from the status, budget headers and retry hint."""
         now = self._clock()
         self._in_flight = max(0, self._in_flight - 1)
-        self._absorb(read_budget(headers, self._wall()), now)
+        if not grant.observed:
+            self._absorb(grant, read_budget(headers, self._wall()), now)
         if status in (429, 529):
-            self._throttle(now, retry_hint(headers, payload, self._wall()))
-        elif status is not None and 200 <= status < 300:
-            self._succeed(now)
+            self._throttle(grant, now, retry_hint(headers, payload, self._wall()))
+        elif status is not None and 200 <= status < 300 and not grant.observed:
+            self._succeed()
+        grant.observed = True
         self._wake()
 
-    def _absorb(self, windows: Mapping[str, Window], now: float) -> None:
+    def _absorb(self, grant: Grant, windows: Mapping[str, Window], now: float) -> None:
+        """The provider's figures, as of the attempt they answer: what was sent after it is taken off."""
         for name, window in windows.items():
-            reset_at = None if window.reset_in is None or window.reset_in <= 0 else now + window.reset_in
-            old = self._budgets.get(name)
-            remaining: float | None
-            if old is not None and old.reset_at is not None and now < old.reset_at and old.remaining is not None:
-                # Same window: answers come back out of order, so keep the lower count (ours
-                # already holds the attempts sent since the server counted).
-                remaining = min(old.remaining, window.remaining if window.remaining is not None else old.remaining)
-                reset_at = max(old.reset_at, reset_at or old.reset_at)
-            else:
-                remaining = window.remaining
-            self._budgets[name] = _Budget(window.limit if window.limit is not None else (old.limit if old else None),
-                                          remaining, reset_at)
-        if any(b.low(self._low_fraction) for b in self._budgets.values()):
-            self._decrease(now)
+            budget = self._budgets.setdefault(name, _Budget())
+            budget.limit = window.limit if window.limit is not None else budget.limit
+            if window.reset_in is not None and window.reset_in > 0:
+                budget.window_s = max(budget.window_s or 0.0, window.reset_in)
+            if grant.seq < budget.grant or window.remaining is None:
+                continue  # answers come back out of order: a later attempt's figure is newer
+            budget.grant = grant.seq
+            budget.remaining = window.remaining - sum(g.cost.against(name) for g in self._sent if g.seq > grant.seq)
+            budget.reset_at = now + window.reset_in if window.reset_in else None
+        oldest = min((b.grant for b in self._budgets.values()), default=-1)
+        while self._sent and self._sent[0].seq <= oldest:
+            self._sent.popleft()
 
-    def _decrease(self, now: float) -> None:
-        if now - self._last_decrease >= self._cooldown_s:
-            self._limit = max(1, self._limit // 2)
-            self._last_decrease = now
-        self._successes = 0
-
-    def _throttle(self, now: float, hint: float | None) -> None:
+    def _throttle(self, grant: Grant, now: float, hint: float | None) -> None:
         self.throttled += 1
-        self._decrease(now)
-        self._throttled_in_a_row += 1
-        if hint is None:
-            hint = self._pause_base_s * 2 ** min(self._throttled_in_a_row - 1, 30)
-        self._paused_until = max(self._paused_until, now + min(hint, self._pause_max_s))
+        if grant.seq < self._throttle_mark:
+            return  # let through before the last throttle was seen: the same burst
+        self.throttles += 1
+        self._throttle_mark = self._seq
+        self._throttles_in_a_row += 1
+        self._successes = 0
+        if not self._budgets:  # nothing paces the sends: fewer at once
+            self._limit = max(1, self._limit // 2)
+        if hint is None and not self._budgets:
+            hint = self._pause_base_s * 2 ** min(self._throttles_in_a_row - 1, 30)
+        if hint is not None:
+            self._paused_until = max(self._paused_until, now + min(hint, self._pause_max_s))
 
-    def _succeed(self, now: float) -> None:
-        self._throttled_in_a_row = 0
-        if any(b.low(self._low_fraction) for b in self._budgets.values()):
-            return
+    def _succeed(self) -> None:
+        self._throttles_in_a_row = 0
         self._successes += 1
         if self._successes >= self._increase_after and self._limit < self.max_concurrency:
             self._limit += 1
