@@ -106,19 +106,26 @@ def test_a_lost_call_keeps_its_reservation_against_the_cap():
         await t.reserve()
         settled = book.settle("model", result(None, None, ok=False, status=None), t)  # cut after sending
         assert settled.cost_usd is None and book.committed() == Fraction(3, 1000)
-        assert book.stats()["endpoints"]["model"]["calls_cost_unknown"] == 1
+        assert book.stats()["endpoints"]["model"]["attempts_cost_unknown"] == 1
         refused = book.ticket("model", 1000 - TEMPLATE_TOKENS, 200)
         assert await refused.reserve() is False  # $0.003 may have been billed: $0.003 more cannot fit
     asyncio.run(go())
 
 
-def test_an_error_status_is_not_billed_and_releases_the_reservation():
+@pytest.mark.parametrize("status, cost, committed", [
+    (400, 0.0, Fraction(0)),  # refused before any work: not billed, the reservation released
+    (429, 0.0, Fraction(0)),
+    (500, None, Fraction(3, 1000)),  # the work may have run: unknown, kept at its worst case
+    (503, None, Fraction(3, 1000)),
+    (None, None, Fraction(3, 1000)),  # cut off after sending
+])
+def test_an_outcome_without_usage_is_billed_by_its_status(status, cost, committed):
     async def go() -> None:
         book = ledger(run_cap=0.005)
         t = book.ticket("model", 1000 - TEMPLATE_TOKENS, 200)
         await t.reserve()
-        assert book.settle("model", result(None, None, ok=False, status=500), t).cost_usd == 0.0
-        assert book.committed() == 0
+        assert book.settle("model", result(None, None, ok=False, status=status), t).cost_usd == cost
+        assert book.committed() == committed
     asyncio.run(go())
 
 
@@ -218,7 +225,10 @@ def test_a_cap_stops_the_run_part_way_and_is_never_passed(tmp_path, release):
     assert all(r["attempts"] == 0 and r["cost_usd"] == 0.0 and "budget.max_usd" in r["error"] for r in held)
     assert first.exit_code == EXIT_BUDGET
     assert "BUDGET CAP REACHED" in first.headline and f"{len(held)} calls not sent" in first.headline
-    assert re.search(rf"resume with a higher cap: python -m wildtrace .*budget\.max_usd={cap * 2:g}", first.headline)
+    hint = re.search(r"resume with a higher cap: python -m wildtrace .*budget\.max_usd=([\d.]+) \(this command has "
+                     r"paid at most \$([\d.]+) so far", first.headline)
+    assert hint and float(hint[1]) >= float(billed(sent)) + per_call * len(held) - 1e-6  # paid + what is left
+    assert float(hint[2]) == pytest.approx(float(billed(sent)), abs=1e-4)
     assert first.stats["failures"] == {}  # not a failure of the model
 
 

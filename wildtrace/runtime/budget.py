@@ -1,31 +1,45 @@
-"""The run's money: what each call cost, what the run spent, and a spend cap that holds.
+"""The run's money: what each call cost, what the command spent, and a spend cap that holds.
 
 One ``Ledger`` per run. Every call's outcome passes through ``Ledger.settle``, which prices
 it from the usage the endpoint reported (``wildtrace.core.cost``): a call served from the
 cache costs 0 in this run and keeps what it cost when it was paid (``original_cost_usd``).
 
-The cap (``budget.max_usd`` for the run, ``<endpoint>.max_usd`` for one endpoint): before a
-call is sent its worst case is reserved — at most one token per UTF-8 byte of the request
-body in (no byte-level tokenizer makes more), ``max_tokens`` out, at tier prices when that
-input could cross the tier. A reservation that does not fit is refused, and the call is
-recorded as ``budget_exhausted`` (never sent, never cached, so a rerun with a higher cap
-sends it). On reply the reservation is replaced by the real cost, so spend plus what is in
-flight never exceeds a cap, whatever the concurrency. A call whose cost cannot be known (the
-connection dropped after the request went out) keeps its reservation as spent: the provider
-may have billed it. Batch mode reserves each item the same way, at the batch price, before its
-batch is created (runtime/batch/spend.py), and settles each outcome when it arrives
-(``settle_ahead``). Single-threaded: the ledger lives on the run's event loop.
+The cap (``budget.max_usd`` for the run, ``<endpoint>.max_usd`` for one endpoint) bounds the
+*command*, not the process: everything every run of the same command has paid or may have been
+billed for, as written in its spend journal (``Journal``: ``<cache.dir>/spend/<command>.jsonl``).
+Before each attempt is sent its worst case is reserved — at most one token per UTF-8 byte of the
+request body in (no byte-level tokenizer makes more), ``max_tokens`` out, at tier prices when
+that input could cross the tier — and the reservation is on disk before the request leaves. A
+reservation that does not fit is refused, and the call is recorded as ``budget_exhausted``
+(never cached, so a rerun with a higher cap sends it). On reply the reservation is replaced by
+the real cost. An attempt whose bill cannot be known (a timeout or a cut after the request went
+out, a 5xx, a 2xx that is no answer) keeps its reservation as spent, and a retry of it reserves
+its own worst case; a reservation a killed process never settled counts at its worst case. So
+spend plus what is in flight never exceeds a cap, whatever the concurrency, retries or kills.
+Batch mode reserves each item the same way, at the batch price, before its batch is created
+(runtime/batch/spend.py), and settles each outcome when it arrives (``settle_ahead``).
+Single-threaded: the ledger lives on the run's event loop (the journal's writes go to a file thread).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
+from pathlib import Path
 
 from wildtrace.core.cost import DIGITS, Billable, Price, billable, exact_cost
 from wildtrace.core.records import CallResult, FailReason, Usage
+from wildtrace.runtime.cache import FILE_THREADS
+
+log = logging.getLogger(__name__)
 
 #: Bytes of request body beyond the prompt's own (role markers, a chat template) allowed for.
 TEMPLATE_TOKENS = 64
@@ -46,21 +60,23 @@ class Account:
     price: Price | None
     cap: Fraction | None = None
     spent: Fraction = Fraction(0)  # known cost of calls paid in this run
-    held: Fraction = Fraction(0)  # reservations of calls in flight
-    lost: Fraction = Fraction(0)  # reservations kept for calls whose cost is unknown (they may have been billed)
-    unknown: int = 0  # paid calls whose cost could not be made
+    held: Fraction = Fraction(0)  # reservations of attempts in flight
+    lost: Fraction = Fraction(0)  # reservations kept for attempts whose bill is unknown (they may have been billed)
+    unknown: int = 0  # attempts of this run whose bill is unknown (counted at their worst case)
     calls_paid: int = 0
     not_sent: int = 0  # calls refused for the cap
+    left: Fraction = Fraction(0)  # the worst cases of the calls refused for the cap (what a resume must allow for)
     original: Fraction = Fraction(0)  # what the calls served from the cache cost when they were paid
     original_unknown: int = 0  # cached calls whose original cost cannot be made
+    earlier: Fraction = Fraction(0)  # what other runs of the same command paid or may have been billed (journal)
 
     def committed(self) -> Fraction:
-        """What counts against a cap now: spent, lost and in flight."""
-        return self.spent + self.lost + self.held
+        """What counts against a cap now: the command's earlier runs, spent, lost and in flight."""
+        return self.earlier + self.spent + self.lost + self.held
 
     def settled(self) -> Fraction:
         """What counts against a cap once every call in flight has settled at no cost."""
-        return self.spent + self.lost
+        return self.earlier + self.spent + self.lost
 
 
 @dataclass
@@ -73,16 +89,28 @@ class Ticket:
     batched: bool = False  # sent through a provider's batch API: priced with its batch discount
     reserved: bool = False
     refused: bool = False
+    entry: str | None = None  # the journal id of the attempt's reservation
+    lost: int = 0  # attempts of this call whose bill is unknown (kept at their worst case)
 
     async def reserve(self) -> bool:
-        """Hold the call's worst case; False (and nothing held) when it can never fit a cap.
+        """Hold the next attempt's worst case, on disk before it is sent; False (nothing held) when it can
+        never fit a cap.
 
         A call that would fit once the calls in flight settle waits for them (they release
         what they did not spend) rather than being refused while the money is only reserved.
         """
         while (verdict := self.reserve_now()) is None:
             await self.ledger.changed()
+        if self.worst is not None:  # nothing to write before an uncapped call (its cost is written at the end)
+            await self.ledger.written()
         return verdict
+
+    def attempted(self, billed: bool) -> None:
+        """An attempt ended without the call's outcome (it is retried): an attempt that may have been
+        billed keeps its reservation as spent, and the next attempt reserves its own; one that was not
+        (never sent, an error status) leaves its reservation for the next attempt."""
+        if billed and self.reserved:
+            self.ledger.lose(self)
 
     def reserve_now(self) -> bool | None:
         """``reserve`` without waiting: True (held), False (refused, counted as not sent), or None when
@@ -94,20 +122,24 @@ class Ticket:
             return True
         if not self.ledger.fits(self.label, self.worst):
             return None if self.ledger.fits(self.label, self.worst, settled=True) else self.refuse()
-        self.ledger.hold(self.label, self.worst)
+        self.entry = self.ledger.hold(self.label, self.worst)
         self.reserved = True
         return True
 
     def refuse(self) -> bool:
         """Keep the call back for the cap (counted as not sent; its outcome is ``refusal()``): False."""
         self.refused = True
-        self.ledger.account(self.label).not_sent += 1
+        account = self.ledger.account(self.label)
+        account.not_sent += 1
+        account.left += self.worst or 0
         return False
 
-    def refusal(self) -> CallResult:
-        """The outcome of a call the cap did not let through: not sent, not a model failure."""
+    def refusal(self, attempts: int = 0) -> CallResult:
+        """The outcome of a call the cap did not let through (after ``attempts`` sent): not a model failure."""
         text = self.ledger.refusal_text(self.label, self.worst or Fraction(0))
-        return CallResult(False, None, FailReason.BUDGET_EXHAUSTED, text, None, Usage(), 0, 0.0, None, None)
+        if attempts:
+            text = f"{text} (a retry, after {attempts} attempt(s) that may have been billed)"
+        return CallResult(False, None, FailReason.BUDGET_EXHAUSTED, text, None, Usage(), attempts, 0.0, None, None)
 
 
 @dataclass
@@ -122,13 +154,38 @@ class Ledger:
     #: Outcomes settled when they arrived, before the pipeline's call picks them up (batch mode puts
     #: them in ``Endpoint.ready``), by identity; each is kept alive here so its id stays its own.
     _ahead: dict[int, CallResult] = field(default_factory=dict, repr=False)
+    #: The command's spend on disk (None: this process alone, e.g. with the cache disabled).
+    journal: Journal | None = None
 
     @classmethod
-    def build(cls, prices: Mapping[str, tuple[Price | None, float | None]], run_cap: float | None) -> Ledger:
-        """``prices``: label → (price, the endpoint's own cap)."""
+    def build(cls, prices: Mapping[str, tuple[Price | None, float | None]], run_cap: float | None,
+              journal: Journal | None = None) -> Ledger:
+        """``prices``: label → (price, the endpoint's own cap); ``journal``: the command's earlier spend."""
         accounts = {label: Account(price, None if cap is None else Fraction(repr(cap)))
                     for label, (price, cap) in prices.items()}
-        return cls(accounts, None if run_cap is None else Fraction(repr(run_cap)))
+        ledger = cls(accounts, None if run_cap is None else Fraction(repr(run_cap)), journal=journal)
+        ledger._earlier()
+        return ledger
+
+    def _earlier(self) -> None:
+        """Each account's share of what the journal says other runs of the command committed."""
+        if self.journal is not None:
+            for label, amount in self.journal.others().items():
+                self.account(label).earlier = amount
+
+    async def written(self) -> None:
+        """Wait until every reservation made so far is on disk (before the attempts they cover are sent)."""
+        if self.journal is not None and self.journal.pending:
+            await asyncio.get_running_loop().run_in_executor(FILE_THREADS, self.journal.flush)
+            self._earlier()
+
+    def close(self) -> None:
+        """Write what is left of the journal (the settlements of the last calls)."""
+        if self.journal is not None:
+            try:
+                self.journal.flush()
+            except OSError as exc:  # its reservations are on disk: what is lost counts at its worst case
+                log.warning("the spend journal %s could not be written: %s", self.journal.path, exc.strerror or exc)
 
     def account(self, label: str) -> Account:
         """The endpoint's account; one the ledger was not built with has no price (its costs are unknown)."""
@@ -164,6 +221,11 @@ class Ledger:
         worst = exact_cost(account.price, _worst_usage(body_bytes, max_tokens), batched)
         return Ticket(self, label, worst, batched)
 
+    def expect(self, label: str, body_bytes: int, max_tokens: int) -> None:
+        """Count a call left to send that no ticket was made for (for the resume hint's cap)."""
+        worst = self.ticket(label, body_bytes, max_tokens).worst
+        self.account(label).left += worst or 0
+
     def fits(self, label: str, amount: Fraction, settled: bool = False) -> bool:
         """Whether ``amount`` more fits under the endpoint's cap and the run's (``settled``: once nothing
         is in flight)."""
@@ -188,15 +250,29 @@ class Ledger:
     def abandon(self, label: str, ticket: Ticket | None) -> None:
         """A call that ended without an outcome (cancelled, or it raised): its reservation stays spent."""
         if ticket is not None and ticket.reserved:
-            account = self.account(label)
-            account.held -= ticket.worst or 0
-            account.lost += ticket.worst or 0
-            ticket.reserved = False
-            self._notify()
+            self.lose(ticket)
 
-    def hold(self, label: str, amount: Fraction) -> None:
-        """Reserve ``amount`` for a call about to be sent."""
+    def lose(self, ticket: Ticket) -> None:
+        """The ticket's attempt may have been billed, for an amount nobody knows: its worst case stays spent."""
+        account, worst = self.account(ticket.label), ticket.worst or Fraction(0)
+        account.held -= worst
+        account.lost += worst
+        account.unknown += 1
+        ticket.lost += 1
+        ticket.reserved = False
+        self._paid(ticket, worst)
+        self._notify()
+
+    def hold(self, label: str, amount: Fraction) -> str | None:
+        """Reserve ``amount`` for an attempt about to be sent; its journal id (written by ``written``)."""
         self.account(label).held += amount
+        return None if self.journal is None else self.journal.add(label, reserve=amount)
+
+    def _paid(self, ticket: Ticket | None, amount: Fraction) -> None:
+        """Settle a reservation in the journal: what the attempt cost (its worst case when unknown)."""
+        if self.journal is not None and ticket is not None and ticket.entry is not None:
+            self.journal.add(ticket.label, paid=amount, entry=ticket.entry)
+            ticket.entry = None
 
     def committed(self) -> Fraction:
         """Spent plus held, all endpoints."""
@@ -207,10 +283,13 @@ class Ledger:
         account = self.account(label)
         if account.cap is not None and account.committed() + amount > account.cap:
             cap, committed = f"{self.keys.get(label, label)}.max_usd=${_usd(account.cap)}", account.committed()
+            earlier = account.earlier
         else:
             cap, committed = f"budget.max_usd=${_usd(self.run_cap or Fraction(0))}", self.committed()
-        return (f"not sent: its worst case ${_usd(amount)} would pass {cap} (${_usd(committed)} spent or in "
-                "flight); rerun with a higher cap to send it")
+            earlier = sum((a.earlier for a in self.accounts.values()), Fraction(0))
+        before = f", ${_usd(earlier)} of it by earlier runs of this command" if earlier else ""
+        return (f"not sent: its worst case ${_usd(amount)} would pass {cap} (${_usd(committed)} spent, may have "
+                f"been billed or in flight{before}); rerun with a higher cap to send it")
 
     # ------------------------------------------------------------------ settling
 
@@ -229,15 +308,13 @@ class Ledger:
         if self._ahead.get(id(result)) is result:
             return result  # settled when it arrived (settle_ahead)
         account = self.account(label)
-        held = ticket is not None and ticket.reserved
-        if held and ticket is not None:
-            account.held -= ticket.worst or 0
-            ticket.reserved = False
-            self._notify()
+        earlier_lost = ticket is not None and ticket.lost > 0  # attempts before this outcome may have been billed
         if result.reason == FailReason.BUDGET_EXHAUSTED:
-            return replace(result, cost_usd=0.0)
+            self._release(ticket)
+            return replace(result, cost_usd=None if earlier_lost else 0.0)
         exact = self._cost(account, result, (ticket is not None and ticket.batched) or result.batched)
         if result.cached:
+            self._release(ticket)
             if exact is None:
                 account.original_unknown += 1
             else:
@@ -245,20 +322,32 @@ class Ledger:
             return replace(result, cost_usd=0.0, original_cost_usd=None if exact is None else _usd(exact))
         account.calls_paid += 1
         if exact is None:
-            account.unknown += 1
-            if held and ticket is not None:
-                account.lost += ticket.worst or 0  # it may have been billed: keep it against the cap
+            if ticket is not None and ticket.reserved:
+                self.lose(ticket)  # it may have been billed: keep it against the cap
+            else:
+                account.unknown += 1
             return replace(result, cost_usd=None)
+        if ticket is not None and ticket.reserved:
+            self._release(ticket, exact)
+        elif self.journal is not None and exact:
+            self.journal.add(label, paid=exact)  # no cap held it: still the command's spend
         account.spent += exact
         return replace(result, cost_usd=_usd(exact))
+
+    def _release(self, ticket: Ticket | None, paid: Fraction = Fraction(0)) -> None:
+        """Replace the ticket's reservation (if it holds one) by what its attempt cost."""
+        if ticket is not None and ticket.reserved:
+            self.account(ticket.label).held -= ticket.worst or 0
+            ticket.reserved = False
+            self._paid(ticket, paid)
+            self._notify()
 
     @staticmethod
     def _cost(account: Account, result: CallResult, batched: bool = False) -> Fraction | None:
         u = result.usage
         if u.prompt_tokens is None and u.completion_tokens is None and not result.ok:
-            # No usage: an error status or a call never sent is not billed; a cut connection may be.
-            sent_and_lost = result.attempts > 0 and (result.http_status is None or result.http_status < 400)
-            return None if sent_and_lost else Fraction(0)
+            # No usage: a call never sent or refused (4xx) is not billed; a cut connection or a 5xx may be.
+            return None if result.attempts > 0 and may_be_billed(result.http_status) else Fraction(0)
         return exact_cost(account.price, billable(u.prompt_tokens, u.completion_tokens, u.cached_tokens), batched)
 
     # ------------------------------------------------------------------ reporting
@@ -275,36 +364,157 @@ class Ledger:
             return None
         return _usd(sum((a.spent for a in self.accounts.values()), Fraction(0)))
 
+    def at_most_usd(self, label: str | None = None) -> float | None:
+        """What the run may have paid: the known spend plus the worst case of every attempt of unknown bill."""
+        known = self.spent_usd(label)
+        accounts = [self.account(label)] if label is not None else list(self.accounts.values())
+        return None if known is None else _usd(sum((a.spent + a.lost for a in accounts), Fraction(0)))
+
     def not_sent(self) -> int:
         """Calls the cap kept from being sent."""
         return sum(a.not_sent for a in self.accounts.values())
 
     def stats(self) -> dict:
-        """run_stats.json's ``cost`` block: per endpoint and the total, caps and what they stopped."""
-        endpoints = {label: {"cost_usd": self.spent_usd(label), "calls_paid": a.calls_paid,
-                             "calls_cost_unknown": a.unknown, "not_sent_budget": a.not_sent,
+        """run_stats.json's ``cost`` block: per endpoint and the total, caps and what they stopped.
+
+        ``total_usd``: known, paid in this run; ``at_most_usd``: with every attempt of unknown bill at its
+        worst case; ``command_usd``: what the cap counts, every run of the command included;
+        ``left_usd``: the worst cases of the calls the cap kept back."""
+        def total(part: str) -> float:
+            return _usd(sum((getattr(a, part) for a in self.accounts.values()), Fraction(0)))
+
+        endpoints = {label: {"cost_usd": self.spent_usd(label), "at_most_usd": self.at_most_usd(label),
+                             "calls_paid": a.calls_paid, "attempts_cost_unknown": a.unknown,
+                             "earlier_usd": _usd(a.earlier), "command_usd": _usd(a.settled()),
+                             "not_sent_budget": a.not_sent, "left_usd": _usd(a.left),
                              "max_usd": None if a.cap is None else _usd(a.cap)}
                      for label, a in self.accounts.items()}
         results = [a.spent + a.original for a in self.accounts.values()]
         known = all(not a.unknown and not a.original_unknown and self.spent_usd(label) is not None
                     for label, a in self.accounts.items())
-        return {"total_usd": self.spent_usd(), "endpoints": endpoints,
+        return {"total_usd": self.spent_usd(), "at_most_usd": self.at_most_usd(), "endpoints": endpoints,
                 # what the run's outcomes cost to produce: paid now, or earlier for those served from the cache
                 "results_usd": _usd(sum(results, Fraction(0))) if known else None,
+                "earlier_usd": total("earlier"),
+                "command_usd": _usd(sum((a.settled() for a in self.accounts.values()), Fraction(0))),
+                "left_usd": total("left"),
                 "max_usd": None if self.run_cap is None else _usd(self.run_cap), "not_sent_budget": self.not_sent()}
 
     def progress(self) -> str:
-        """Spend against the cap, for the progress line ("" when nothing is capped or priced)."""
+        """Spend against the cap (every run of the command), for the progress line ("" when nothing is capped
+        or priced)."""
         total = self.spent_usd()
         if self.run_cap is not None:
-            return f"spent ${_usd(sum((a.spent for a in self.accounts.values()), Fraction(0))):.2f}" \
+            return f"spent ${_usd(sum((a.settled() for a in self.accounts.values()), Fraction(0))):.2f}" \
                    f"/${_usd(self.run_cap):.2f}"
-        caps = [f"{label} ${_usd(a.spent):.2f}/${_usd(a.cap):.2f}" for label, a in self.accounts.items()
+        caps = [f"{label} ${_usd(a.settled()):.2f}/${_usd(a.cap):.2f}" for label, a in self.accounts.items()
                 if a.cap is not None]
         if caps:
             return "spent " + " ".join(caps)
         unpriced = any(a.price is None or a.price.missing() for a in self.accounts.values())
         return "" if total is None or unpriced else f"spent ${total:.2f}"
+
+
+def may_be_billed(status: int | None) -> bool:
+    """Whether an attempt sent that brought no usage may still have been billed: a connection cut or timed out
+    after the request went out, a 2xx that holds no answer, a 5xx (the work may have run); a 3xx or a 4xx
+    (refused before any work) is not billed."""
+    return status is None or 200 <= status < 300 or status >= 500
+
+
+class Journal:
+    """The spend of one command on disk, shared by every run of it: ``<cache.dir>/spend/<command>.jsonl``.
+
+    Append-only JSON lines, one per reservation (``reserve``: an attempt's worst case, written and
+    fsynced before the attempt is sent) and one per settlement (``paid``: what it cost, its worst case
+    when its bill is unknown). What a command has committed is, per endpoint, every entry's settled
+    amount, or its reservation when it was never settled (its process died): counted at the worst
+    case. Lines are appended under an ``flock`` of the file (two processes of one command may share
+    it); a torn last line (a kill mid-append) is ended by the next writer and skipped by readers.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.token = f"{os.getpid()}-{secrets.token_hex(4)}"  # this process's entries: counted in memory
+        self.pending: list[str] = []
+        self._count = 0
+        self._offset = 0
+        self._entries: dict[str, tuple[str, Fraction, bool]] = {}  # other runs' id → (label, amount, settled)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._read()
+
+    def add(self, label: str, reserve: Fraction | None = None, paid: Fraction | None = None,
+            entry: str | None = None) -> str:
+        """Queue one line (written by ``flush``); returns the entry's id."""
+        if entry is None:
+            self._count += 1
+            entry = f"{self.token}-{self._count}"
+        line = {"id": entry, "label": label}
+        if reserve is not None:
+            line["reserve"] = str(reserve)
+        if paid is not None:
+            line["paid"] = str(paid)
+        self.pending.append(json.dumps(line))
+        return entry
+
+    def flush(self) -> None:
+        """Append the queued lines, fsynced, under the file's lock; then read what other runs appended."""
+        lines, self.pending = self.pending, []
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            _lock(fd)
+            end = os.lseek(fd, 0, os.SEEK_END)
+            if end and os.pread(fd, 1, end - 1) != b"\n":
+                lines.insert(0, "")  # end a line torn by a killed writer
+            if lines:
+                os.write(fd, ("\n".join(lines) + "\n").encode())
+                os.fsync(fd)
+            self._read(fd)
+        finally:
+            os.close(fd)  # releases the lock
+
+    def others(self) -> dict[str, Fraction]:
+        """label → what other runs of the command committed: settled amounts, unsettled reservations."""
+        out: dict[str, Fraction] = {}
+        for label, amount, _ in self._entries.values():
+            out[label] = out.get(label, Fraction(0)) + amount
+        return out
+
+    def _read(self, fd: int | None = None) -> None:
+        """Take in the whole lines appended since the last read (a torn last line waits)."""
+        try:
+            if fd is None:
+                with open(self.path, "rb") as fh:
+                    fh.seek(self._offset)
+                    data = fh.read()
+            else:
+                data = os.pread(fd, os.fstat(fd).st_size - self._offset, self._offset)
+        except FileNotFoundError:
+            return
+        whole = data[:data.rfind(b"\n") + 1]
+        self._offset += len(whole)
+        for raw in whole.splitlines():
+            self._take(raw)
+
+    def _take(self, raw: bytes) -> None:
+        try:
+            line = json.loads(raw)
+            entry, label = str(line["id"]), str(line["label"])
+            amount = Fraction(line["paid"] if "paid" in line else line["reserve"])
+        except (ValueError, KeyError, TypeError, ZeroDivisionError):
+            return  # torn or foreign: skipped
+        if entry.startswith(self.token + "-"):
+            return
+        known = self._entries.get(entry)
+        if known is not None and known[2]:
+            return  # settled already
+        self._entries[entry] = (label, amount, "paid" in line)
+
+
+def _lock(fd: int) -> None:
+    """Hold the journal's lock; on a filesystem that refuses locks, append unlocked (one write a flush)."""
+    with contextlib.suppress(OSError):
+        fcntl.flock(fd, fcntl.LOCK_EX)
 
 
 def _worst_usage(body_bytes: int, max_tokens: int) -> Billable:

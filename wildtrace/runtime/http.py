@@ -46,7 +46,7 @@ import httpx
 from wildtrace.core import jsonsafe
 from wildtrace.core.records import CallResult, FailReason, Usage
 from wildtrace.providers.base import IncompleteStream, Provider, StreamError, WireRequest
-from wildtrace.runtime.budget import Ticket
+from wildtrace.runtime.budget import Ticket, may_be_billed
 from wildtrace.runtime.cache import FILE_THREADS, Cache, StorageError, cache_key
 from wildtrace.runtime.ratelimit import AdaptiveLimit, Cost, Grant
 from wildtrace.runtime.retry import Quota, Resend, Retry, RetryPolicy, Seen, failure_reason, next_step, retry_hint
@@ -273,6 +273,7 @@ class Attempt:
     size: int = 0  # the body's (decoded) bytes; -1: not read
     head: bytes = b""  # its first HEAD_BYTES, for the failure text of a bad response
     stale: bool = False  # not sent: prepared before the endpoint learned to drop temperature or lower the budget
+    unsent: bool = False  # failed before the request left (no connection): nothing can have been billed
 
     @property
     def success(self) -> bool:
@@ -403,9 +404,8 @@ class Endpoint:
                 hit = self._lookup(key, request)  # another process may have paid for it while we waited
                 if hit is not None:
                     return hit
-                if ticket is not None and not await ticket.reserve():
-                    return ticket.refusal()  # never stored: a rerun with a higher cap sends it
-                result = await self._fetch(request, content, cost or Cost(), replicate)
+                # Each attempt reserves in _fetch; a refusal is never stored: a rerun with a higher cap sends it.
+                result = await self._fetch(request, content, cost or Cost(), replicate, ticket)
                 if isinstance(result, Resend):
                     continue  # rebuilt with what the endpoint learned; looked up again under its new key
                 result = self._finish(self._budget_noted(result, request, asked), request)
@@ -482,8 +482,11 @@ class Endpoint:
         return replace(result, error=redact(result.error), raw=scrub(result.raw)[0])  # iterative: any depth
 
     async def _fetch(self, request: WireRequest, content: bytes, cost: Cost,
-                     replicate: int) -> CallResult | Resend:
-        """Attempts until ``retry.next_step`` ends them: an outcome, or a Resend (not an attempt of the task)."""
+                     replicate: int, ticket: Ticket | None = None) -> CallResult | Resend:
+        """Attempts until ``retry.next_step`` ends them: an outcome, or a Resend (not an attempt of the task).
+
+        ``ticket``: each attempt sent after one that may have been billed reserves its own worst case
+        (runtime/budget.py); one the cap refuses ends the call ``budget_exhausted``."""
         started, started_at = time.perf_counter(), time.time()
 
         def failed(reason: FailReason, error: str | None, attempts: int, attempt: Attempt | None = None) -> CallResult:
@@ -500,6 +503,8 @@ class Endpoint:
         if self._local:  # the in-process answerer seeds its sampling from the replicate index
             wire = replace(wire, headers={**wire.headers, REPLICATE_HEADER: str(replicate)})
         for attempt_no in range(1, self.retry.max_retries + 2):
+            if ticket is not None and not await ticket.reserve():
+                return replace(ticket.refusal(attempt_no - 1), started_at=started_at)
             attempt = await self._send(wire, content, cost)
             result = self._received(attempt, attempt_no, time.perf_counter() - started) if attempt.success else None
             if result is not None and result.reason != FailReason.BAD_RESPONSE:
@@ -507,6 +512,8 @@ class Endpoint:
             seen = self._seen(attempt, attempt_no, request, result)
             step = next_step(seen, self.retry)
             if isinstance(step, Retry):
+                if ticket is not None:
+                    ticket.attempted(not attempt.stale and not attempt.unsent and may_be_billed(attempt.status))
                 self.retries += 1
                 self.on_retry(self.label)
                 await asyncio.sleep(self.retry.delay(attempt_no, step.retry_after, self._rng))
@@ -547,7 +554,7 @@ class Endpoint:
     async def _send(self, wire: WireRequest, content: bytes, cost: Cost) -> Attempt:
         grant = await self.limit.acquire(cost)
         slot = await self._slots.get()
-        attempt = Attempt(failure="transport_error: not sent")
+        attempt = Attempt(failure="transport_error: not sent", unsent=True)
         try:
             # A rule may have been learned while this waited for its turn (or backed off): such a
             # request is rebuilt (without temperature, with the lowered budget), never sent as prepared.
@@ -580,9 +587,11 @@ class Endpoint:
         except TimeoutError:
             return Attempt(failure=f"timeout: the call took longer than max_call_s={spec.max_call_s}s")
         except httpx.TimeoutException as exc:
-            return Attempt(failure=f"timeout: {type(exc).__name__}: no byte for timeout_s={spec.timeout_s}s")
+            return Attempt(failure=f"timeout: {type(exc).__name__}: no byte for timeout_s={spec.timeout_s}s",
+                           unsent=isinstance(exc, httpx.ConnectTimeout))
         except httpx.TransportError as exc:
-            return Attempt(failure=f"transport_error: {type(exc).__name__}: {exc}")
+            return Attempt(failure=f"transport_error: {type(exc).__name__}: {exc}",
+                           unsent=isinstance(exc, httpx.ConnectError))
         except httpx.InvalidURL as exc:
             return Attempt(failure=f"transport_error: invalid URL: {exc}")
 

@@ -11,7 +11,10 @@ from __future__ import annotations
 import asyncio
 import datetime
 import functools
+import hashlib
+import json
 import logging
+import math
 import shlex
 import signal
 import subprocess
@@ -20,6 +23,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +32,12 @@ from wildtrace.config import ConfigError, EndpointConfig, WildtraceConfig, batch
 from wildtrace.config_check import spec_warnings
 from wildtrace.core import views
 from wildtrace.core.events import RunEnd, RunObserver, RunStart
-from wildtrace.core.prompts import PROMPTS_VERSION, prompts_sha256
+from wildtrace.core.prompts import PROMPTS_VERSION, judge_prompt, prompts_sha256
 from wildtrace.core.records import RunStatus
 from wildtrace.core.tasks import oddities
 from wildtrace.providers.base import EndpointSpec
 from wildtrace.providers.registry import provider_class
-from wildtrace.runtime.budget import BudgetError, Ledger
+from wildtrace.runtime.budget import BudgetError, Journal, Ledger
 from wildtrace.runtime.cache import JOURNAL, Cache, StorageError, check_writable, journals_under
 from wildtrace.runtime.dataset import Dataset
 from wildtrace.runtime.http import Endpoint
@@ -84,11 +88,45 @@ def config_prefix(label: str) -> str:
     return "model" if label == "model" else f"judge_panel.judges.{label}"
 
 
-def make_ledger(cfg: WildtraceConfig, specs: Sequence[EndpointSpec], needed: Sequence[str] = ()) -> Ledger:
-    """The run's prices and caps; a cap over an endpoint in ``needed`` with no price fails here (exit 2)."""
+#: Settings that change neither what a command sends nor what it pays for: the same command with
+#: other values of these is the same command (its spend cap counts what every run of it paid).
+NOT_THE_COMMAND = frozenset({"root", "out_dir", "progress", "progress_every_s", "stop_grace_s", "mlflow", "budget",
+                             "estimate", "batch", "retry", "max_response_mb", "stage"})
+#: An endpoint's settings of that kind (where and how fast it is called, its price and cap).
+NOT_THE_ENDPOINT = frozenset({"max_concurrency", "timeout_s", "max_call_s", "price", "max_usd", "batch",
+                              "served_model", "retired", "api_key_env", "base_url_env", "name"})
+#: A judge prompt's answer, not known yet, at this many bytes a token of the model's budget (the resume hint).
+ANSWER_BYTES_PER_TOKEN = 4
+
+
+def command_identity(cfg: WildtraceConfig) -> str:
+    """What makes two runs "the same command" for the spend cap: the settings that make the requests (and so
+    the cache keys) — the model and judges as called, decoding, the panel, the dataset, the answers judged —
+    and the cache folder; not where the run files go, the caps, the pacing or the logging (docs/providers/cost.md)."""
+    config = {k: v for k, v in config_dict(cfg).items() if k not in NOT_THE_COMMAND}
+    config["model"] = {k: v for k, v in config["model"].items() if k not in NOT_THE_ENDPOINT}
+    config["judge_panel"] = {**config["judge_panel"], "batch": None,
+                             "judges": {key: {k: v for k, v in judge.items() if k not in NOT_THE_ENDPOINT}
+                                        for key, judge in config["judge_panel"]["judges"].items()}}
+    config["cache"] = str(Path(cfg.cache.dir).resolve())
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+def spend_journal(cfg: WildtraceConfig) -> Journal | None:
+    """The command's spend journal under the cache folder; None with the cache disabled (the cap is then the
+    process's alone)."""
+    if not cfg.cache.enabled:
+        return None
+    return Journal(Path(cfg.cache.dir) / "spend" / f"{command_identity(cfg)}.jsonl")
+
+
+def make_ledger(cfg: WildtraceConfig, specs: Sequence[EndpointSpec], needed: Sequence[str] = (),
+                journal: Journal | None = None) -> Ledger:
+    """The run's prices and caps (and the command's earlier spend, from ``journal``); a cap over an endpoint
+    in ``needed`` with no price fails here (exit 2)."""
     configs = endpoint_configs(cfg)
     ledger = Ledger.build({s.label: (price_of(configs[s.label]), configs[s.label].max_usd)
-                           for s in specs}, cfg.budget.max_usd)
+                           for s in specs}, cfg.budget.max_usd, journal)
     try:
         ledger.check(needed, {s.label: config_prefix(s.label) for s in specs})
     except BudgetError as exc:
@@ -400,7 +438,7 @@ def run(cfg: WildtraceConfig, overrides: Sequence[str] = (), parent_run_id: str 
             log.info("%d outcome(s) an earlier run could not cache read from its journal (%s)", read, JOURNAL)
 
     plan_counts = survey(plan, cache)
-    ledger = make_ledger(cfg, specs, [s.label for s in specs if plan_counts.needs(s.label)])
+    ledger = make_ledger(cfg, specs, [s.label for s in specs if plan_counts.needs(s.label)], spend_journal(cfg))
     keys = read_keys(key_needs([s for s in specs if plan_counts.needs(s.label)]))
     plan.given_answers = scrub_answers(plan.given_answers)  # a key echoed into an answers file is not sent on
     log.info("%s", plan_counts.describe([s.label for s in specs if s.label != "model"]))
@@ -421,7 +459,11 @@ def run(cfg: WildtraceConfig, overrides: Sequence[str] = (), parent_run_id: str 
                                   run_date=run_date, parent_run_id=parent_run_id))
     signals: list[int] = []
     progress = _Progress(len(dataset.tasks), cfg.progress, cfg.progress_every_s, endpoints, ledger)
-    outcome = asyncio.run(_execute(plan, counters, progress, observer, signals))
+    try:
+        outcome = asyncio.run(_execute(plan, counters, progress, observer, signals))
+    finally:
+        ledger.close()
+    _judges_left(plan, outcome, ledger)
 
     with deferred_signals(signals):
         result = _write(cfg, dataset, outcome, out_dir, endpoints, counters, overrides, run_date, warnings, config,
@@ -438,7 +480,10 @@ def run(cfg: WildtraceConfig, overrides: Sequence[str] = (), parent_run_id: str 
     if outcome.stopped:
         result.headline += f"\nresume with: {resume_command(overrides)}"
     elif ledger.not_sent():
-        result.headline += f"\nresume with a higher cap: {resume_command(raised_caps(cfg, ledger, overrides))}"
+        cost = result.stats["cost"]
+        result.headline += (f"\nresume with a higher cap: {resume_command(raised_caps(cfg, ledger, overrides))} "
+                            f"(this command has paid at most {money(cost['command_usd'])} so far; the calls left "
+                            f"cost at most {money(cost['left_usd'])} at one attempt each)")
     result.headline = redact(result.headline)  # the entry point prints it, last (app.show_headline)
     return result
 
@@ -515,31 +560,63 @@ def money(value: float | None) -> str:
 
 
 def cost_lines(cost: dict) -> list[str]:
-    """The headline's cost: the total and each endpoint's, and what a cap held back."""
-    parts = ", ".join(f"{label} {money(row['cost_usd'])}"
-                      + (f" (+{row['calls_cost_unknown']} calls of unknown cost)" if row["calls_cost_unknown"] else "")
+    """The headline's cost: the total and each endpoint's (at least / at most when attempts' bills are unknown),
+    what earlier runs of the command paid, and what a cap held back."""
+    parts = ", ".join(f"{label} {spend(row['cost_usd'], row['at_most_usd'], row['attempts_cost_unknown'])}"
                       for label, row in cost["endpoints"].items())
-    lines = [f"cost: {money(cost['total_usd'])} ({parts})"]
+    lines = [f"cost: {spend(cost['total_usd'], cost['at_most_usd'], 0)} ({parts})"]
+    if cost["earlier_usd"]:
+        lines.append(f"this command so far, its earlier runs included: at most {money(cost['command_usd'])} "
+                     f"({money(cost['earlier_usd'])} of it before this run)")
     if cost["not_sent_budget"]:
         caps = ([f"budget.max_usd={money(cost['max_usd'])}"] if cost["max_usd"] is not None else []) + \
                [f"{config_prefix(label)}.max_usd={money(row['max_usd'])}" for label, row in cost["endpoints"].items()
                 if row["max_usd"] is not None]
-        lines.append(f"BUDGET CAP REACHED ({', '.join(caps)}): spent {money(cost['total_usd'])}; "
-                     f"{cost['not_sent_budget']} calls not sent (recorded as budget_exhausted, never cached: "
-                     "a rerun with a higher cap sends only them)")
+        lines.append(f"BUDGET CAP REACHED ({', '.join(caps)}): this command spent at most "
+                     f"{money(cost['command_usd'])}; {cost['not_sent_budget']} calls not sent (recorded as "
+                     "budget_exhausted, never cached: a rerun with a higher cap sends only them)")
     return lines
 
 
+def spend(known: float | None, at_most: float | None, unknown: int) -> str:
+    """``$1.20``, or ``at least $1.20, at most $1.50`` when some attempts' bills are unknown (at their worst case)."""
+    if known is None or at_most is None or at_most == known:
+        return money(known)
+    attempts = f" ({unknown} attempts of unknown bill at their worst case)" if unknown else ""
+    return f"at least {money(known)}, at most {money(at_most)}{attempts}"
+
+
 def raised_caps(cfg: WildtraceConfig, ledger: Ledger, overrides: Sequence[str]) -> list[str]:
-    """The overrides with every cap that held calls back doubled (any higher value does)."""
+    """The overrides with every cap that held calls back raised to what lets the command finish: what it has
+    paid or may have been billed so far, plus the worst case of each call left (one attempt each)."""
     raised: dict[str, float] = {}
     if cfg.budget.max_usd is not None:
-        raised["budget.max_usd"] = cfg.budget.max_usd * 2
+        need = sum((a.settled() + a.left for a in ledger.accounts.values()), Fraction(0))
+        raised["budget.max_usd"] = max(_up(need), cfg.budget.max_usd)
     for label, account in ledger.accounts.items():
         if account.not_sent and account.cap is not None:
-            raised[f"{config_prefix(label)}.max_usd"] = float(account.cap) * 2
+            raised[f"{config_prefix(label)}.max_usd"] = max(_up(account.settled() + account.left), float(account.cap))
     kept = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in raised]
     return kept + [f"{key}={value:g}" for key, value in raised.items()]
+
+
+def _up(amount: Fraction) -> float:
+    """USD rounded up to the next 1e-6, so a cap named this way is never short of ``amount``."""
+    return math.ceil(amount * 1_000_000) / 1_000_000
+
+
+def _judges_left(plan: Plan, outcome: Outcome, ledger: Ledger) -> None:
+    """Count, as left to send, the judge calls of the answers the cap kept back (their prompts will hold an
+    answer of up to the model's budget): for the resume hint's cap."""
+    held = {a["question_id"] for a in outcome.answers if a.get("status") == "budget_exhausted"}
+    if not held or not plan.judges:
+        return
+    answer_bytes = ANSWER_BYTES_PER_TOKEN * plan.answer_sampling.max_tokens
+    for task in plan.dataset.tasks:
+        if task.question_id in held:
+            size = len(judge_prompt(task.question_text, task.rubric, "").encode("utf-8")) + answer_bytes
+            for judge in plan.judges:
+                ledger.expect(judge.label, size, plan.judge_sampling.max_tokens)
 
 
 def config_dict(cfg: WildtraceConfig) -> dict:

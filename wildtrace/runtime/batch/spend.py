@@ -49,6 +49,7 @@ async def send_capped(endpoint: Endpoint, wants: dict[str, Want], budget: Budget
             log.info("%s: the spend cap lets %d items into a batch now; %d wait for those in flight to settle, "
                      "%d are not sent", endpoint.label, len(admitted), len(later), refused)
         if admitted:
+            await budget.written()  # the items' reservations are on disk before their batch exists
             try:
                 await send(admitted)
             finally:  # stopped or failed before an outcome: it may have been billed, so it stays spent
