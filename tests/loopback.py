@@ -38,7 +38,10 @@ class Call:
         if not isinstance(self.body, dict):
             return ""
         if "messages" in self.body:
-            return self.body["messages"][-1]["content"]
+            content = self.body["messages"][-1]["content"]
+            if isinstance(content, list):  # Anthropic's text blocks (a cache_control mark makes one)
+                return "".join(b.get("text", "") for b in content if isinstance(b, dict))
+            return content
         if "contents" in self.body:
             return "".join(p.get("text", "") for p in self.body["contents"][-1]["parts"])
         return ""

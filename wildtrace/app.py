@@ -207,6 +207,23 @@ def show_headline(result: RunResult) -> None:
     logging.getLogger(HEADLINE_LOG).info("%s", result.headline)
 
 
+def sweep_repeats(sweep_dir: Path) -> int:
+    """How many jobs of a sweep send each answer prompt: the sizes of its ``decoding.*`` sweeps multiplied
+    (read from the ``multirun.yaml`` Hydra writes in the sweep folder before the first job; 1 without it)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    path = sweep_dir / "multirun.yaml"
+    if not path.is_file():
+        return 1
+    task = OmegaConf.select(OmegaConf.load(path), "hydra.overrides.task") or []
+    repeats = 1
+    for override in OverridesParser.create().parse_overrides([str(o) for o in task]):
+        if override.is_sweep_override() and override.key_or_group.startswith("decoding."):
+            repeats *= max(1, sum(1 for _ in override.sweep_string_iterator()))
+    return repeats
+
+
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
 def _job(dict_cfg: DictConfig) -> float | None:
     from hydra.types import RunMode
@@ -227,6 +244,8 @@ def _job(dict_cfg: DictConfig) -> float | None:
     try:
         settings = prepare(dict_cfg, list(hydra_cfg.overrides.task))
         settings.out_dir = hydra_cfg.runtime.output_dir
+        if hydra_cfg.mode == RunMode.MULTIRUN:
+            settings.prompt_repeats = sweep_repeats(Path(hydra_cfg.sweep.dir))
         result = run(settings, overrides=list(hydra_cfg.overrides.task), parent_run_id=parent,
                      observer=observer_for(settings, parent))
     except (ConfigError, DatasetError, MissingKeyError, StorageError) as exc:

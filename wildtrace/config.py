@@ -59,6 +59,9 @@ class RetiredConfig:
     source: Optional[str] = None
 
 
+#: OpenAI's ``prompt_cache_retention`` values (null: send none; the provider's default, in memory).
+PROMPT_CACHE_RETENTIONS = (None, "in_memory", "24h")
+
 #: ``served_model.on_mismatch`` values.
 ON_MISMATCH = ("warn", "fail")
 
@@ -89,6 +92,10 @@ class PriceConfig:
     output_per_mtok: Optional[float] = None
     #: Input tokens read from the provider's prompt cache.
     cached_input_per_mtok: Optional[float] = None
+    #: Input written to the prompt cache for its default lifetime, where a write costs more (Anthropic: 5 minutes).
+    cache_write_per_mtok: Optional[float] = None
+    #: Input written to the prompt cache for one hour (Anthropic's ``ttl: 1h``).
+    cache_write_1h_per_mtok: Optional[float] = None
     #: A long-context tier: a request with more input tokens than this is billed whole at the multipliers.
     above_input_tokens: Optional[int] = None
     #: The tier's factor on input (and cached input) prices.
@@ -143,6 +150,11 @@ class EndpointConfig:
     max_usd: Optional[float] = None
     #: Send this endpoint's calls through the provider's batch API (openai, anthropic, gemini): docs/providers/batch.md.
     batch: bool = False
+    #: OpenAI: send ``prompt_cache_key`` (the prompt's sha256) so repeats of a prompt reach the server that
+    #: holds its prefix; a cache hint, never part of the harness's cache key (docs/providers/cost.md).
+    prompt_cache_key: bool = False
+    #: OpenAI: ``prompt_cache_retention`` (in_memory or 24h) where the model offers it; null sends nothing.
+    prompt_cache_retention: Optional[str] = None
 
 
 @dataclass
@@ -334,6 +346,10 @@ class WildtraceConfig:
     responses: Optional[str] = None
     #: The run directory (Hydra's, set by the entry point).
     out_dir: Optional[str] = None
+    #: How many jobs of this run's sweep send each answer prompt (set by the entry point in a multirun:
+    #: the sizes of its decoding.* sweeps multiplied); above 1 the prompt is marked for the provider's
+    #: prompt cache where a write costs extra (Anthropic's cache_control; docs/providers/cost.md).
+    prompt_repeats: int = 1
     #: Show a progress bar on a terminal (a progress line every progress_every_s elsewhere).
     progress: bool = True
     #: Seconds between progress lines when stderr is not a terminal.
@@ -372,8 +388,10 @@ def effective_max_tokens(model: ModelConfig, decoding: DecodingConfig) -> int:
 def price_of(e: EndpointConfig) -> Price:
     """The core's Price value for an endpoint config (source and date are for people, not sums)."""
     p = e.price
-    return Price(p.input_per_mtok, p.output_per_mtok, p.cached_input_per_mtok, p.above_input_tokens,
-                 p.input_multiplier, p.output_multiplier, p.batch_discount)
+    return Price(p.input_per_mtok, p.output_per_mtok, p.cached_input_per_mtok,
+                 cache_write_per_mtok=p.cache_write_per_mtok, cache_write_1h_per_mtok=p.cache_write_1h_per_mtok,
+                 above_input_tokens=p.above_input_tokens, input_multiplier=p.input_multiplier,
+                 output_multiplier=p.output_multiplier, batch_discount=p.batch_discount)
 
 
 def _check_endpoint(prefix: str, e: EndpointConfig) -> None:
@@ -399,7 +417,11 @@ def _check_endpoint(prefix: str, e: EndpointConfig) -> None:
 
 def _check_price(prefix: str, e: EndpointConfig) -> None:
     p = e.price
-    for name in ("input_per_mtok", "output_per_mtok", "cached_input_per_mtok"):
+    if e.prompt_cache_retention not in PROMPT_CACHE_RETENTIONS:
+        raise ConfigError(f"{prefix}.prompt_cache_retention must be one of "
+                          f"{', '.join(str(r) for r in PROMPT_CACHE_RETENTIONS)}, got {e.prompt_cache_retention!r}")
+    for name in ("input_per_mtok", "output_per_mtok", "cached_input_per_mtok", "cache_write_per_mtok",
+                 "cache_write_1h_per_mtok"):
         value = getattr(p, name)
         if value is not None and not (value >= 0 and value != float("inf")):
             raise ConfigError(f"{prefix}.price.{name} must be a non-negative number of USD or null, got {value}")

@@ -111,6 +111,8 @@ class Usage:
     completion_tokens: int | None = None  # output tokens (reasoning included where the provider counts it so)
     reasoning_tokens: int | None = None  # reasoning/thinking tokens, where reported separately
     cached_tokens: int | None = None  # input tokens read from the provider's prompt cache (a part of prompt_tokens)
+    cache_write_tokens: int | None = None  # input tokens written to the prompt cache (a part of prompt_tokens)
+    cache_write_1h_tokens: int | None = None  # of those, written for one hour (Anthropic's ``ttl: 1h``)
 
     def to_dict(self) -> dict:
         """Plain dict for JSON rows."""

@@ -89,6 +89,22 @@ class AnthropicProvider(Provider):
             return {}
         return anthropic_fields(self.reasoning_format(), level, sampling.max_tokens, self.spec.route)
 
+    def with_cache_hint(self, request: WireRequest) -> WireRequest:
+        """The prompt marked with ``cache_control`` (``ttl: 1h`` for the hour) when ``spec.cache_ttl`` says the
+        schedule sends it again within that time: a write costs 1.25x input for 5 minutes, 2x for an hour,
+        a read 0.1x (docs.anthropic.com/en/docs/build-with-claude/prompt-caching). The text is the same
+        string, as the content's one text block; no mark, no write."""
+        ttl = self.spec.cache_ttl
+        messages = request.body.get("messages")
+        if ttl is None or not isinstance(messages, list) or not messages or \
+                not isinstance(messages[-1].get("content"), str):
+            return request
+        control: dict[str, str] = {"type": "ephemeral", **({"ttl": "1h"} if ttl == "1h" else {})}
+        last = {**messages[-1], "content": [{"type": "text", "text": messages[-1]["content"],
+                                             "cache_control": control}]}
+        body = {**request.body, "messages": [*messages[:-1], last]}
+        return WireRequest(url=request.url, body=body, headers=dict(request.headers))
+
     def stream_request(self, request: WireRequest) -> WireRequest:
         """``stream: true``."""
         body = merge_extra(request.body, {"stream": True})
@@ -223,9 +239,12 @@ class AnthropicStreamReader(StreamReader):
 
 
 def _usage(usage: Mapping) -> Usage:
-    """Anthropic's counts: ``input_tokens`` excludes cache reads and writes, so the input is their sum
-    (cache writes are billed as input here: the harness sends no cache_control, so it makes none)."""
+    """Anthropic's counts: ``input_tokens`` excludes cache reads and writes, so the input is their sum;
+    the writes for an hour are ``cache_creation.ephemeral_1h_input_tokens``."""
     base, read, write = (as_int(usage.get(k)) for k in ("input_tokens", "cache_read_input_tokens",
                                                           "cache_creation_input_tokens"))
     prompt = None if base is None else base + (read or 0) + (write or 0)
-    return Usage(prompt_tokens=prompt, completion_tokens=as_int(usage.get("output_tokens")), cached_tokens=read)
+    creation = usage.get("cache_creation")
+    hour = as_int(creation.get("ephemeral_1h_input_tokens")) if isinstance(creation, Mapping) else None
+    return Usage(prompt_tokens=prompt, completion_tokens=as_int(usage.get("output_tokens")), cached_tokens=read,
+                 cache_write_tokens=write, cache_write_1h_tokens=hour)

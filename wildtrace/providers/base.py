@@ -170,6 +170,10 @@ class EndpointSpec:
     max_call_s: float = 3600.0  # the longest a whole call may take (timeout_s bounds each silence)
     max_output_tokens: int | None = None  # the model's documented output limit (None: not known)
     max_output_tokens_source: str | None = None  # where that limit is documented
+    #: Prompt-cache hints, sent but never part of the harness's cache key (``Provider.with_cache_hint``):
+    prompt_cache_key: bool = False  # OpenAI: prompt_cache_key = the prompt's sha256
+    prompt_cache_retention: str | None = None  # OpenAI: prompt_cache_retention (in_memory, 24h)
+    cache_ttl: str | None = None  # Anthropic: mark the prompt with cache_control for "5m" or "1h"; None: no mark
 
 
 @dataclass(frozen=True)
@@ -361,6 +365,12 @@ class Provider(ABC):
     @abstractmethod
     def build_request(self, prompt: str, sampling: Sampling) -> WireRequest:
         """The request for one single-turn user prompt."""
+
+    def with_cache_hint(self, request: WireRequest) -> WireRequest:
+        """The request as sent, with the provider's prompt-cache hint (default: none; the provider caches on
+        its own or not at all). Applied after the cache key is made: a hint changes neither the answer nor
+        the key, so outcomes stored before hints existed keep serving."""
+        return request
 
     @abstractmethod
     def stream_request(self, request: WireRequest) -> WireRequest:

@@ -3,6 +3,7 @@ mode, Kimi, GLM, Doubao, MiniMax, and gateways such as the paper's ``mr.`` route
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping
 from typing import Any, ClassVar
@@ -124,6 +125,21 @@ class OpenAIProvider(Provider):
             return {}
         return openai_fields(self.reasoning_format(), level, sampling.max_tokens)
 
+    def with_cache_hint(self, request: WireRequest) -> WireRequest:
+        """OpenAI caches a prompt of 1,024 tokens or more on its own, at no extra cost; ``prompt_cache_key``
+        (the prompt's sha256, where ``spec.prompt_cache_key``) routes a prompt's repeats to the server
+        holding its prefix, ``prompt_cache_retention`` asks for a longer lifetime where the model offers it
+        (platform.openai.com/docs/guides/prompt-caching). The compatible providers cache on their own."""
+        hint: dict[str, Any] = {}
+        if self.spec.prompt_cache_key:
+            prompt = _text_of(request.body["messages"][0]["content"]) or ""
+            hint["prompt_cache_key"] = hashlib.sha256(prompt.encode("utf-8")).hexdigest()
+        if self.spec.prompt_cache_retention is not None:
+            hint["prompt_cache_retention"] = self.spec.prompt_cache_retention
+        if not hint:
+            return request
+        return WireRequest(url=request.url, body={**request.body, **hint}, headers=dict(request.headers))
+
     def stream_request(self, request: WireRequest) -> WireRequest:
         """``stream: true`` and ``stream_options.include_usage`` (so the last chunk carries usage)."""
         body = merge_extra(request.body, {"stream": True, "stream_options": {"include_usage": True}})
@@ -177,7 +193,7 @@ class OpenAIProvider(Provider):
             prompt_tokens=as_int(usage.get("prompt_tokens")),
             completion_tokens=as_int(usage.get("completion_tokens")),
             reasoning_tokens=as_int(details.get("reasoning_tokens")),
-            cached_tokens=as_int(_mapping(usage.get("prompt_tokens_details")).get("cached_tokens")),
+            cached_tokens=cached_tokens(usage),
         )
         served = as_str(payload.get("model"))
         if not payload["choices"]:  # not an empty answer: no answer at all (a bad response, retried)
@@ -282,6 +298,18 @@ class OpenAIStreamReader(StreamReader):
         if self.usage is not None:
             body["usage"] = self.usage
         return body
+
+
+def cached_tokens(usage: Mapping[str, Any]) -> int | None:
+    """The prompt-cache reads an OpenAI-compatible usage block reports, wherever its provider puts them:
+    ``prompt_tokens_details.cached_tokens`` (OpenAI; Qwen/DashScope, GLM, Doubao and MiniMax in their
+    OpenAI-compatible modes), ``prompt_cache_hit_tokens`` (DeepSeek: api-docs.deepseek.com/guides/kv_cache),
+    ``cached_tokens`` at the top (Moonshot/Kimi)."""
+    details = as_int(_mapping(usage.get("prompt_tokens_details")).get("cached_tokens"))
+    if details is not None:
+        return details
+    hit = as_int(usage.get("prompt_cache_hit_tokens"))
+    return hit if hit is not None else as_int(usage.get("cached_tokens"))
 
 
 def _mapping(value: Any) -> Mapping:

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
 
-from wildtrace.core.cost import DIGITS, Billable, Price, billable, exact_cost
+from wildtrace.core.cost import DIGITS, Billable, Price, billable, exact_cost, worst_cost
 from wildtrace.core.records import CallResult, FailReason, Usage
 from wildtrace.runtime.cache import FILE_THREADS
 
@@ -218,7 +218,7 @@ class Ledger:
         account = self.account(label)
         if not self.capped(label) or account.price is None:
             return Ticket(self, label, None, batched)
-        worst = exact_cost(account.price, _worst_usage(body_bytes, max_tokens), batched)
+        worst = worst_cost(account.price, _worst_usage(body_bytes, max_tokens), batched)  # a miss, or a write
         return Ticket(self, label, worst, batched)
 
     def expect(self, label: str, body_bytes: int, max_tokens: int) -> None:
@@ -348,7 +348,8 @@ class Ledger:
         if u.prompt_tokens is None and u.completion_tokens is None and not result.ok:
             # No usage: a call never sent or refused (4xx) is not billed; a cut connection or a 5xx may be.
             return None if result.attempts > 0 and may_be_billed(result.http_status) else Fraction(0)
-        return exact_cost(account.price, billable(u.prompt_tokens, u.completion_tokens, u.cached_tokens), batched)
+        return exact_cost(account.price, billable(u.prompt_tokens, u.completion_tokens, u.cached_tokens,
+                                                           u.cache_write_tokens, u.cache_write_1h_tokens), batched)
 
     # ------------------------------------------------------------------ reporting
 

@@ -497,8 +497,9 @@ class Endpoint:
         if self.quota_error is not None:
             return failed(FailReason.QUOTA_EXHAUSTED,
                           f"not sent: an earlier call was refused for quota ({self.quota_error})", 0)
-        wire = self.provider.stream_request(request) if self.streaming else request
-        if wire.body is not request.body:  # the streamed body differs; a plain one was encoded for its cache key
+        wire = self.provider.with_cache_hint(request)  # sent, never keyed: the key is the plain request's
+        wire = self.provider.stream_request(wire) if self.streaming else wire
+        if wire.body is not request.body:  # a hint or streaming changed the body; a plain one was encoded for the key
             content = encode_body(wire.body)
         if self._local:  # the in-process answerer seeds its sampling from the replicate index
             wire = replace(wire, headers={**wire.headers, REPLICATE_HEADER: str(replicate)})

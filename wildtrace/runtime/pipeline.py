@@ -32,6 +32,7 @@ from wildtrace.runtime.batch import batch_phase
 from wildtrace.runtime.cache import Cache
 from wildtrace.runtime.dataset import Dataset, read_document
 from wildtrace.runtime.http import Endpoint, Prepared, interpret, prepare_request
+from wildtrace.runtime.prompt_cache import PromptCacheTally
 from wildtrace.runtime.plan import Plan, PlannedAnswer, sha256_text
 from wildtrace.runtime.ratelimit import Cost, estimate_tokens
 from wildtrace.runtime.served import enforce
@@ -56,6 +57,8 @@ class Counters:
     errors: dict[str, Counter] = field(default_factory=dict)
     #: batch id → its endpoint, state and counts (batch mode), for the progress line.
     batches: dict[str, str] = field(default_factory=dict)
+    #: The providers' prompt caches: tokens read and written, hit rate and saving per endpoint (run_stats).
+    prompt_cache: PromptCacheTally = field(default_factory=PromptCacheTally)
 
     def as_postfix(self) -> dict[str, int]:
         """Short names for the progress line."""
@@ -67,6 +70,7 @@ class Counters:
         if result.reason == FailReason.BUDGET_EXHAUSTED:
             return
         self.calls[label] += 1
+        self.prompt_cache.record(label, result)
         if not result.ok:
             self.failures[(label, result.reason or "unknown")] += 1
             self.errors.setdefault(label, Counter())[(result.error or result.reason or "unknown")[:160]] += 1

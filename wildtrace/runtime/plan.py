@@ -49,6 +49,11 @@ def retry_policy(retry: RetryConfig) -> RetryPolicy:
                        backoff_max_s=retry.backoff_max_s, retry_after_max_s=retry.retry_after_max_s)
 
 
+#: The prompt-cache lifetime asked for where a write costs extra: the sweep's repeats of a prompt come
+#: while its jobs run one after another or side by side, within minutes (docs/providers/cost.md).
+CACHE_TTL = "5m"
+
+
 def endpoint_spec(label: str, e: EndpointConfig) -> EndpointSpec:
     """An endpoint config (the model's or a judge's) as the spec the runtime calls (the one place it is made).
 
@@ -64,12 +69,15 @@ def endpoint_spec(label: str, e: EndpointConfig) -> EndpointSpec:
                         # the model's documented output limit: a budget rejection above it is resent at the
                         # limit (runtime/retry.next_step)
                         max_output_tokens=model.max_output_tokens if model else None,
-                        max_output_tokens_source=model.max_output_tokens_source if model else None)
+                        max_output_tokens_source=model.max_output_tokens_source if model else None,
+                        prompt_cache_key=e.prompt_cache_key, prompt_cache_retention=e.prompt_cache_retention)
 
 
 def model_spec(cfg: WildtraceConfig) -> EndpointSpec:
-    """The model under test as an endpoint."""
-    return endpoint_spec("model", cfg.model)
+    """The model under test as an endpoint; its prompts marked for a 5-minute prompt cache when the
+    sweep sends each again (``prompt_repeats``: the repeats follow one another, docs/providers/cost.md)."""
+    spec = endpoint_spec("model", cfg.model)
+    return replace(spec, cache_ttl=CACHE_TTL) if cfg.prompt_repeats > 1 else spec
 
 
 def judge_specs(cfg: WildtraceConfig) -> list[EndpointSpec]:

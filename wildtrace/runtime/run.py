@@ -46,6 +46,7 @@ from wildtrace.exitcodes import SIGNAL_EXIT, ExitCode
 from wildtrace.runtime.batch import BatchSettings
 from wildtrace.runtime.pipeline import Counters, Outcome, Stop, Survey, execute, survey
 from wildtrace.runtime.plan import Plan, build_plan
+from wildtrace.runtime.prompt_cache import PromptCacheTally
 from wildtrace.runtime.responses import scrub_answers
 from wildtrace.runtime.secrets import install_log_filter, read_keys, redact
 from wildtrace.runtime import served
@@ -442,7 +443,8 @@ def run(cfg: WildtraceConfig, overrides: Sequence[str] = (), parent_run_id: str 
     keys = read_keys(key_needs([s for s in specs if plan_counts.needs(s.label)]))
     plan.given_answers = scrub_answers(plan.given_answers)  # a key echoed into an answers file is not sent on
     log.info("%s", plan_counts.describe([s.label for s in specs if s.label != "model"]))
-    counters = Counters()
+    counters = Counters(prompt_cache=PromptCacheTally({label: a.price for label, a in ledger.accounts.items()
+                                                       if a.price is not None}))
 
     def on_retry(label: str) -> None:
         counters.retries += 1
@@ -530,6 +532,7 @@ def _write(cfg: WildtraceConfig, dataset: Dataset, outcome: Outcome, out_dir: Pa
             "overrides": list(overrides),
             "effective_max_tokens": effective_max_tokens(cfg.model, cfg.decoding),
             "cost": ledger.stats(),
+            "prompt_cache": counters.prompt_cache.stats(),
         }
         write_json(out_dir / "run_stats.json", stats)
         write_json(out_dir / "config.json", config)
@@ -537,8 +540,9 @@ def _write(cfg: WildtraceConfig, dataset: Dataset, outcome: Outcome, out_dir: Pa
         raise StorageError(exc.errno or 5, f"cannot write the run files in {out_dir}: {exc.strerror or exc}; "
                            f"{_kept_without_run_files(cache)}: rerun the same command") from None
     text = headline(cfg, summary, outcome, out_dir, stats)
+    cache_line = counters.prompt_cache.line()
     text = text.replace(f"\nrun dir: {out_dir}", "".join(f"\n{line}" for line in cost_lines(stats["cost"]))
-                        + f"\nrun dir: {out_dir}")
+                        + (f"\n{cache_line}" if cache_line else "") + f"\nrun dir: {out_dir}")
     return RunResult(out_dir=out_dir, summary=summary, stats=stats, outcome=outcome, headline=text)
 
 
