@@ -231,3 +231,17 @@ def test_the_logging_process_is_prestarted_only_for_one_job_that_logs(argv, want
     from wildtrace.app import prestart_wanted
 
     assert prestart_wanted(argv) is want
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("run_dir", ["./run", ".", "./a/b/run"])
+def test_a_refused_command_removes_only_the_folders_it_made(tmp_path: Path, run_dir: str) -> None:
+    """Started in an empty folder x: the refused run's own folder goes, x (and anything it did not make) stays."""
+    here = tmp_path / "x"
+    here.mkdir()
+    (tmp_path / "keep.txt").write_text("the parent's own file")
+    proc = cli("wildtrace", f"root={tmp_path}/outputs", "mlflow.enabled=false", "stage=judge",
+               f"hydra.run.dir={run_dir}", cwd=here)
+    assert proc.returncode == ExitCode.BAD_INPUT and "stage=judge needs responses=PATH" in proc.stderr, proc.stderr
+    assert here.is_dir() and (tmp_path / "keep.txt").is_file()
+    assert not (here / "run").exists() and not (here / "a").exists()

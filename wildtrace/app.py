@@ -14,8 +14,8 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from wildtrace.config import ConfigError, WildtraceConfig, register, to_settings
-from wildtrace.config_check import (check_known_keys, check_override_names, check_overrides, check_reserved,
-                                    check_retired)
+from wildtrace.config_check import (check_known_keys, check_override_names, check_override_secrets, check_overrides,
+                                    check_reserved, check_retired, check_settings_secrets)
 from wildtrace.core.events import RunObserver
 from wildtrace.exitcodes import fail
 from wildtrace.panel_files import check_panel_drops
@@ -91,11 +91,31 @@ class RunDirCheck(Callback):
     def _check(config: DictConfig, key: str) -> None:
         from wildtrace.runtime.cache import StorageError, check_writable
 
+        folder = Path(str(OmegaConf.select(config, key))).absolute()
+        MADE[:] = missing_folders(folder)
         try:
-            check_writable(Path(str(OmegaConf.select(config, key))), f"the run directory ({key})")
+            check_writable(folder, f"the run directory ({key})")
         except StorageError as exc:
             route_console_to_stderr()  # Hydra's own logging, set up before the job's, writes to stdout
             fail("wildtrace", exc)
+
+
+#: The folders this process made for its run: the run folder and each parent that did not exist,
+#: deepest first (RunDirCheck fills it). A refused command removes these and nothing else.
+MADE: list[Path] = []
+
+
+def missing_folders(folder: Path) -> list[Path]:
+    """``folder`` and each of its parents that does not exist yet, deepest first (empty: it exists)."""
+    out = []
+    try:
+        for path in (folder, *folder.parents):
+            if path.exists():
+                break
+            out.append(path)
+    except (OSError, ValueError):  # a name the OS cannot take: nothing will be made
+        return []
+    return out
 
 
 def prepare(dict_cfg: DictConfig, overrides: list[str] | None = None, refuse_retired: bool = True) -> WildtraceConfig:
@@ -107,6 +127,7 @@ def prepare(dict_cfg: DictConfig, overrides: list[str] | None = None, refuse_ret
     check_overrides(overrides or [])
     check_known_keys(dict_cfg)
     settings = to_settings(dict_cfg)
+    check_settings_secrets(settings)  # a key in a config file's URL, or in the variable a URL is read from
     check_reserved(settings)  # a judge keyed "model" would take the model's endpoint
     try:
         check_retired(settings, Path(CONF_DIR))
@@ -118,33 +139,33 @@ def prepare(dict_cfg: DictConfig, overrides: list[str] | None = None, refuse_ret
     return settings
 
 
-def command_line_overrides(argv: list[str] | None = None) -> list[str] | None:
-    """The overrides of a Hydra command line, as Hydra's own parser splits them from its flags.
-
-    None when the command reads another config tree (``--config-dir``, ``--config-path``,
-    ``--config-name``, ``hydra.searchpath``): its groups and keys are not this tree's to check.
+def command_line_overrides(argv: list[str] | None = None) -> tuple[list[str], bool]:
+    """The overrides of a Hydra command line, as Hydra's own parser splits them from its flags, and whether
+    they are this config tree's (not when the command reads another: ``--config-dir``, ``--config-path``,
+    ``--config-name``, ``hydra.searchpath``).
     """
     from hydra._internal.utils import get_args_parser
 
     known, _ = get_args_parser().parse_known_args(sys.argv[1:] if argv is None else argv)
     overrides = list(known.overrides or [])
-    if known.config_dir or known.config_path or known.config_name or any(
-            o.lstrip("+~").startswith("hydra.searchpath") for o in overrides):
-        return None
-    return overrides
+    other_tree = bool(known.config_dir or known.config_path or known.config_name) or any(
+        o.lstrip("+~").startswith("hydra.searchpath") for o in overrides)
+    return overrides, not other_tree
 
 
 def check_command_line(prog: str, schema_cls: type = WildtraceConfig, conf_dir: Path | None = Path(CONF_DIR),
                        argv: list[str] | None = None) -> None:
-    """Before Hydra composes: a mistyped group or key exits 2 with the nearest valid name.
+    """Before Hydra composes (and writes ``.hydra/``, ``multirun.yaml``, the job log): an override that would
+    put a credential in the config, or a mistyped group or key, exits 2 (the nearest valid name for a typo).
 
     Hydra's own answer to ``judge_pannel=offline`` is "To append to your config use +judge_pannel=…"
     (exit 1): the `+` would only add a key the schema then refuses.
     """
-    overrides = command_line_overrides(argv)
-    if overrides is None:
-        return
+    overrides, ours = command_line_overrides(argv)
     try:
+        check_override_secrets(overrides)  # whatever the tree: Hydra writes every override down
+        if not ours:
+            return
         check_override_names(overrides, schema_cls, conf_dir)
         if conf_dir is not None:  # an ablation file that drops a judge its parent lacks (Hydra: exit 1)
             check_panel_drops(overrides, conf_dir)
@@ -152,23 +173,31 @@ def check_command_line(prog: str, schema_cls: type = WildtraceConfig, conf_dir: 
         fail(prog, exc)
 
 
-def discard_rejected(run_dir: Path) -> None:
-    """Remove a run directory that holds only what Hydra made before the job refused its input.
+def discard_rejected(run_dir: Path, made: list[Path] | None = None) -> None:
+    """Remove a run folder this process made that holds only what was written before the job refused its input.
 
     A refused command ran nothing: a folder of ``.hydra/`` and the job log under ``runs/`` would
-    look like a run to ``wildtrace.report`` (and to a reader). The error is on stderr. A folder
-    with anything else in it (run files) is left alone.
+    look like a run to ``wildtrace.report`` (and to a reader). The error is on stderr. Only the
+    folders in ``made`` (default: those RunDirCheck made) go: a folder that was there before the
+    command (``hydra.run.dir=.``, the folder the user stands in) and a folder with anything
+    else in it (run files) are left alone; a parent goes only when this made it and it is empty.
     """
     import shutil
 
+    made = MADE if made is None else made
+    run_dir = run_dir.absolute()
+    if run_dir not in made:
+        return
     try:
         entries = list(run_dir.iterdir())
     except OSError:
         return
-    if entries and all(e.name == ".hydra" or (e.is_file() and e.suffix == ".log") for e in entries):
-        shutil.rmtree(run_dir, ignore_errors=True)
-        with contextlib.suppress(OSError):  # the day's folder, when this was its only run
-            run_dir.parent.rmdir()
+    if not all(e.name == ".hydra" or (e.is_file() and e.suffix == ".log") for e in entries):
+        return
+    shutil.rmtree(run_dir, ignore_errors=True)
+    for parent in made[made.index(run_dir) + 1:]:  # the day's folder, when this run made it and was its only one
+        with contextlib.suppress(OSError):
+            parent.rmdir()
 
 
 def observer_for(settings: WildtraceConfig, parent_run_id: str | None = None) -> RunObserver:
@@ -281,11 +310,11 @@ def prestart_wanted(argv: list[str]) -> bool:
 
 def main() -> None:
     """Console script and ``python -m wildtrace``."""
+    check_command_line("wildtrace")  # first: nothing is started or written for a refused command line
     if prestart_wanted(sys.argv[1:]):
         from wildtrace.tracking.process import prestart
 
         prestart()
-    check_command_line("wildtrace")
     _job()
 
 

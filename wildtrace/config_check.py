@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from wildtrace.config import (REASONING_BUDGET, ConfigError, EndpointConfig, RetiredConfig, WildtraceConfig,
                               effective_max_tokens)
+from wildtrace.core.credentials import key_like_name, looks_like_key
 from wildtrace.providers.registry import provider_class
 
 #: A key and the names that would have been valid where it stands.
@@ -215,6 +216,100 @@ def check_overrides(overrides: list[str]) -> None:
             raise ConfigError(f"{override}: judge_panel.judges cannot be emptied this way (Hydra merges it, and a "
                               "panel with no judge cannot judge): use stage=answer to skip judging, or "
                               "~judge_panel.judges.<key> to drop a judge")
+
+
+#: The URL in an override's text (a sweep's values are separated by commas).
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s,\[\]{}()'\"]+")
+#: Where a key goes instead, said in every refusal.
+_KEY_HOME = ("A key is read from the environment variable the endpoint's api_key_env names, never from the config: "
+             "every setting is written to .hydra/, config.json, MLflow and the cache")
+
+
+def url_credentials(url: str) -> list[str]:
+    """What in ``url`` holds a credential: ``user info``, ``query parameter 'key'``, … (empty: none).
+
+    Named, never shown: the text returned holds no part of the value."""
+    from urllib.parse import parse_qsl, urlsplit
+
+    try:
+        parts = urlsplit(url.strip())
+    except ValueError:
+        return []
+    found = ["user info (user:…@)"] if "@" in parts.netloc else []
+    names = dict.fromkeys(name for name, _ in parse_qsl(parts.query, keep_blank_values=True))
+    return found + [f"query parameter {name!r}" for name in names if key_like_name(name)]
+
+
+def _key_like_paths(value: Any, path: str) -> Iterator[str]:
+    """The dotted path of every key-like name inside a mapping value (``{api_key: …}``), at any depth."""
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            here = f"{path}.{key}"
+            if key_like_name(str(key)):
+                yield here
+            else:
+                yield from _key_like_paths(item, here)
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            yield from _key_like_paths(item, f"{path}[{i}]")
+
+
+def _override_values(text: str) -> list[Any]:
+    """An override's value(s) as Hydra reads them (a sweep's each), or the raw text split at commas."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        override = OverridesParser.create().parse_override(text)
+        if override.is_sweep_override():
+            return list(override.sweep_iterator()) if override.is_discrete_sweep() else []
+        return [override.value()]
+    except (HydraException, ValueError, TypeError):  # not Hydra's to parse here: check the text
+        return text.partition("=")[2].split(",")
+
+
+def override_secrets(override: str) -> list[str]:
+    """Where one command-line override would put a credential (empty: nowhere); names, never values."""
+    key = override.lstrip("+~").partition("=")[0].partition("@")[0].strip()
+    problems = [f"{key}: a URL holding a credential ({', '.join(found)})"
+                for url in _URL.findall(override) if (found := url_credentials(url))][:1]
+    segments = [s for s in key.split(".") if s]
+    named = next((".".join(segments[:i + 1]) for i, s in enumerate(segments) if key_like_name(s)), None)
+    if named is not None and "=" in override:
+        problems.append(f"{named}: a key-like name; a credential set here would be written down")
+    values = _override_values(override) if "=" in override else []
+    for value in values:
+        problems += [f"{p}: a key-like name; a credential set here would be written down"
+                     for p in _key_like_paths(value, key)]
+    if key.endswith("api_key_env") and any(isinstance(v, str) and looks_like_key(v) for v in values):
+        problems.append(f"{key}: holds what looks like an API key, not the NAME of the variable that holds it "
+                        "(e.g. OPENAI_API_KEY); put the key in that variable")
+    return list(dict.fromkeys(problems))
+
+
+def check_override_secrets(overrides: list[str]) -> None:
+    """Refuse, before Hydra writes anything, every override that would put a credential in the config.
+
+    Hydra saves the command line (``.hydra/overrides.yaml``, ``multirun.yaml``) and the job
+    logs it before any job runs, so this reads the raw overrides. The error names each key
+    and never shows a value."""
+    problems = [p for o in overrides for p in override_secrets(o)]
+    if problems:
+        raise ConfigError(f"refused before anything was written: {'; '.join(dict.fromkeys(problems))}. {_KEY_HOME}")
+
+
+def check_settings_secrets(settings: WildtraceConfig) -> None:
+    """The composed config's own URLs and request options (config files, ``${oc.env:…}``) hold no credential."""
+    endpoints: list[tuple[str, EndpointConfig]] = [("model", settings.model)]
+    endpoints += [(f"judge_panel.judges.{k}", j) for k, j in settings.judge_panel.judges.items()]
+    problems = [f"{key}.base_url: a URL holding a credential ({', '.join(found)})"
+                for key, e in endpoints if (found := url_credentials(e.base_url or ""))]
+    problems += [f"{p}: a key-like name" for key, e in endpoints
+                 for p in _key_like_paths(e.extra_body, f"{key}.extra_body")]
+    if (found := url_credentials(settings.gateway.base_url or "")):
+        problems.append(f"gateway.base_url: a URL holding a credential ({', '.join(found)})")
+    if problems:
+        raise ConfigError(f"{'; '.join(dict.fromkeys(problems))}. {_KEY_HOME}")
 
 
 def model_identity(text: str | None) -> str:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from wildtrace.config import JUDGE_KEY, ConfigError
-from wildtrace.config_check import RESERVED_JUDGE_KEYS
+from wildtrace.config_check import RESERVED_JUDGE_KEYS, check_override_secrets
 from wildtrace.core.tasks import DatasetError
 from wildtrace.exitcodes import ArgumentParser, ExitCode, error
 from wildtrace.providers.registry import PROVIDERS
@@ -393,13 +393,16 @@ def copy_out(src: Path, out: Path) -> Path:
 
 def run_step(config: Path, data: Path, corpus: Path, stage: str, responses: Path | None = None) -> Any:
     """One step: config.json → overrides → compose → prepare → run, in a run directory of its own."""
-    from wildtrace.app import CONF_DIR, discard_rejected, observer_for, prepare, route_console_to_stderr, show_headline
+    from wildtrace.app import (CONF_DIR, discard_rejected, missing_folders, observer_for, prepare,
+                               route_console_to_stderr, show_headline)
     from wildtrace.runtime.run import run
 
     cfg = read_config(config)
     row = table_row(cfg.model, Path(CONF_DIR))
     overrides = build_overrides(cfg, row, data, corpus, stage, responses)
+    check_override_secrets(overrides)  # a key in config.json's URLs: refused before the run folder is made
     dict_cfg, run_dir = compose(overrides)
+    made = missing_folders(run_dir)
     handler = job_logging(run_dir)
     route_console_to_stderr()
     try:
@@ -412,7 +415,7 @@ def run_step(config: Path, data: Path, corpus: Path, stage: str, responses: Path
             save_hydra_files(dict_cfg, overrides, run_dir)
             result = run(settings, overrides=overrides, observer=observer_for(settings))
         except BAD_INPUT:
-            discard_rejected(run_dir)  # refused before anything ran: no folder that looks like a run
+            discard_rejected(run_dir, made)  # refused before anything ran: no folder that looks like a run
             raise
         show_headline(result)
         return result

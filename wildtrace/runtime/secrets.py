@@ -13,6 +13,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from wildtrace.core.credentials import looks_like_key
+
 #: Providers echo keys in error bodies, sometimes masked ("sk-proj-abc1****wxyz"): any run of
 #: this many characters of a key is redacted, not only the whole key.
 FRAGMENT = 12
@@ -168,6 +170,10 @@ def read_keys(needed: Iterable[tuple[str, str, str]], environ: Mapping[str, str]
     keys: dict[str, str] = {}
     problems: list[str] = []
     for where, name, what in needed:
+        if looks_like_key(name):  # the key pasted where its variable's name goes: never shown
+            problems.append(f"{where} holds what looks like an API key, not the NAME of the variable that holds "
+                            f"it (e.g. OPENAI_API_KEY): put the key in that variable and name it here (for {what})")
+            continue
         value = environ.get(name)
         problem = _problem(name, value)
         if problem:
