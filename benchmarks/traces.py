@@ -2,8 +2,8 @@
 
 Builds ``--traces`` traces shaped like a judged task's (a root, the caps decision, the answer
 and two judges' spans, two feedbacks) and stores them into a fresh SQLite store the way the
-trace exporter does: the infos of each batch of 100 in one transaction
-(``tracking.trace_batch``), then the batch's spans in one ``log_spans``. Prints the wall and
+trace exporter does: each trace's info through MLflow's trace client, then a batch of 100
+traces' spans in one ``log_spans``. Prints the wall and
 CPU time per trace of each half. This is the floor a cached rerun's traces cost while they go
 through MLflow's own store code (481 of them at full size).
 
@@ -22,9 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from test_trace_batch import fresh_store, tasks  # noqa: E402
-from wildtrace.tracking import trace_batch  # noqa: E402
-from wildtrace.tracking.traces import BATCH, build_trace, log_spans, tracing_client  # noqa: E402
+from test_tracking_traces import fresh_store, tasks  # noqa: E402
+from wildtrace.tracking.traces import BATCH, build_trace, start_traces, tracing_client  # noqa: E402
 
 
 def measure(n: int) -> dict[str, float]:
@@ -37,13 +36,13 @@ def measure(n: int) -> dict[str, float]:
         for i in range(0, n, BATCH):
             chunk = traces[i:i + BATCH]
             wall, cpu = time.perf_counter(), time.process_time()
-            failed = trace_batch.start_traces(client, [t.info for t in chunk])
+            failed = start_traces(client, [t.info for t in chunk])
             if failed:
                 raise SystemExit(f"{len(failed)} trace infos not stored: {failed[0][1]}")
             took["infos_wall"] += time.perf_counter() - wall
             took["infos_cpu"] += time.process_time() - cpu
             wall, cpu = time.perf_counter(), time.process_time()
-            log_spans(client, target.experiment_id, [s for t in chunk for s in t.data.spans])
+            client.log_spans(target.experiment_id, [s for t in chunk for s in t.data.spans])
             took["spans_wall"] += time.perf_counter() - wall
             took["spans_cpu"] += time.process_time() - cpu
         return took

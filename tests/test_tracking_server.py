@@ -131,25 +131,3 @@ def test_a_server_that_dies_mid_run_leaves_a_run_upload_completes(tmp_path):
         assert read_marker(s.out_dir)["status"] == "logged"
     finally:
         stop_server(proc)
-
-
-def test_a_server_version_unknown_once_is_asked_again(tmp_path):
-    """MLflow caches a failed ``/version`` per URL for the process; a server that was down (or
-    slow) at that moment must not make every later trace of the process fail."""
-    from mlflow.store.tracking.rest_store import RestStore
-    from mlflow.utils.rest_utils import MlflowHostCreds
-
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    RestStore._get_server_version.cache_clear()
-    assert RestStore._get_server_version(MlflowHostCreds(url)) is None  # refused, and remembered
-    s = scripted_run(tmp_path / "job", n=2)
-    proc = start_server(tmp_path, port)
-    try:
-        assert upload.main([str(s.out_dir), "--tracking-uri", url]) == 0
-        client = MlflowClient(tracking_uri=url)
-        (mlrun,) = client.search_runs([client.get_experiment_by_name(s.config["mlflow"]["experiment"]).experiment_id])
-        traces = client.search_traces(locations=[mlrun.info.experiment_id], run_id=mlrun.info.run_id)
-        assert sorted(t.info.tags["question_id"] for t in traces) == ["q0", "q1"]
-    finally:
-        stop_server(proc)

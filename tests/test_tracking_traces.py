@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
-import sys
+from pathlib import Path
 
 import mlflow
 import pytest
@@ -176,36 +175,17 @@ def test_a_batch_is_stored_whole_and_a_trace_without_spans_is_completed(store):
     assert len(client.get_trace(traces[0].info.trace_id).data.spans) == 5
 
 
-PRICE_PROBE = """
-import importlib, json, sys, time
-sys.path.insert(0, sys.argv[1])
-from mlflow.tracing.utils import calculate_cost_by_model_and_token_usage as cost
-from wildtrace.tracking.traces import note_absent_price_library
-usage = {"input_tokens": 1000, "output_tokens": 200, "total_tokens": 1200}
-before = [cost(m, usage) for m in ("gpt-4o-mini", "claude-sonnet-4-5", "qwen3-max", "no-such-model")]
-absent = note_absent_price_library()
-try:
-    import litellm
-    imported = getattr(litellm, "MARK", "real")
-except ImportError as exc:
-    imported = type(exc).__name__
-after = [cost(m, usage) for m in ("gpt-4o-mini", "claude-sonnet-4-5", "qwen3-max", "no-such-model")]
-print(json.dumps({"absent": absent, "imported": imported, "same": before == after, "priced": before[0] is not None,
-                  "second": note_absent_price_library()}))
-"""
+def fresh_store(path: Path, run: bool = True, uri: str | None = None) -> tuple[str, TraceTarget]:
+    """A store with one experiment and a run (or, with ``run=False``, a run id the same in every store);
+    SQLite in ``path`` unless ``uri`` names another database."""
+    uri = uri or f"sqlite:///{path / 'mlflow.db'}"
+    client = client_for(uri)
+    experiment = client.create_experiment("traces", artifact_location=f"file://{path}/mlartifacts")
+    run_id = client.create_run(experiment).info.run_id if run else "run-fixed"
+    return uri, TraceTarget(experiment, run_id, ROUTES, "route-model")
 
 
-@pytest.mark.parametrize(("installed", "want"), [
-    (False, {"absent": True, "imported": "ModuleNotFoundError", "second": True}),
-    (True, {"absent": False, "imported": "fake", "second": False}),  # an installed litellm is left to MLflow
-])
-def test_a_missing_price_library_is_noted_once_and_costs_come_out_the_same(tmp_path, installed, want):
-    if installed:  # a stand-in litellm without cost_per_token: MLflow falls back to its own table either way
-        (tmp_path / "litellm").mkdir()
-        (tmp_path / "litellm" / "__init__.py").write_text("MARK = 'fake'\n")
-    out = subprocess.run([sys.executable, "-c", PRICE_PROBE, str(tmp_path)], capture_output=True, text=True,
-                         timeout=120, check=True)
-    got = json.loads(out.stdout.strip().splitlines()[-1])
-    assert {k: got[k] for k in want} == want
-    if not installed:
-        assert got["same"] and got["priced"]  # MLflow's own price table, exactly as before the note
+def tasks(n: int) -> list[TaskDone]:
+    """n copies of the judged task, each its own question."""
+    return [dataclasses.replace(DONE, question_id=f"q{i}", answer=dataclasses.replace(DONE.answer, question_id=f"q{i}"))
+            for i in range(n)]

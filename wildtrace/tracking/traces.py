@@ -6,8 +6,8 @@ MLflow's own attribute so its token views count it); each judge's score is feedb
 
 The traces are made here as MLflow entities (the attributes and metadata MLflow's own tracer
 writes; a test compares the two) and stored through MLflow's trace client: each trace's info,
-then the batch's spans in one transaction. MLflow's tracer would export spans before their
-trace, one trace at a time, which on SQLite costs about 35 ms a trace.
+then the batch's spans in one ``log_spans``. MLflow's documented tracer would write each span
+in its own transaction and pick random ids (``mlflow_compat`` says why and what that costs).
 
 Honest times: a span is timed by the row's ``started_at``/``latency_s``, which for a call
 served from the cache are THIS run's lookup; such a span says ``wildtrace.cached=true`` and
@@ -21,13 +21,10 @@ files keep full precision.
 from __future__ import annotations
 
 import base64
-import functools
 import hashlib
-import importlib.util
 import json
 import logging
 import queue
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Set
@@ -36,10 +33,9 @@ from typing import Any
 
 from wildtrace.core.events import TaskDone
 from wildtrace.core.records import AnswerRecord, AnswerStatus, JudgmentRecord
-from wildtrace.tracking import readable
+from wildtrace.tracking import mlflow_compat, readable
 from wildtrace.tracking.rundir import RunDir, task_status_of
 from wildtrace.tracking.store import open_store
-from wildtrace.tracking.trace_batch import start_traces
 
 log = logging.getLogger("wildtrace.tracking")
 
@@ -187,8 +183,6 @@ class _Draft:
 def _spans(drafts: list[_Draft], otel_trace: int, trace_id: str, experiment_id: str) -> list:
     """The drafts as MLflow spans, with the attributes MLflow's own tracer writes (JSON-encoded)."""
     from mlflow.entities import Span
-    from mlflow.tracing.utils import dump_span_attribute_value
-    from mlflow.tracing.utils.default_log_level import default_log_level_for_span_type
 
     def b64(value: int, size: int) -> str:
         return base64.b64encode(value.to_bytes(size, "big")).decode()
@@ -202,13 +196,13 @@ def _spans(drafts: list[_Draft], otel_trace: int, trace_id: str, experiment_id: 
             attrs["mlflow.experimentId"] = experiment_id
         attrs.update(d.attributes)
         attrs["mlflow.spanOutputs"] = d.outputs
-        attrs["mlflow.spanLogLevel"] = int(default_log_level_for_span_type(d.span_type))
+        attrs["mlflow.spanLogLevel"] = mlflow_compat.span_log_level(d.span_type)
         out.append(Span.from_dict({
             "trace_id": b64(otel_trace, 16), "span_id": b64(ids[i], 8),
             "parent_span_id": None if d.parent is None else b64(ids[d.parent], 8),
             "name": d.name, "start_time_unix_nano": d.start, "end_time_unix_nano": d.end,
             "status": {"code": "STATUS_CODE_OK", "message": ""},
-            "attributes": {k: dump_span_attribute_value(v) for k, v in attrs.items() if v is not None}}))
+            "attributes": {k: mlflow_compat.dump_attribute(v) for k, v in attrs.items() if v is not None}}))
     return out
 
 
@@ -232,25 +226,6 @@ def _judge_draft(j: JudgmentRecord, target: TraceTarget, default: tuple[int, int
                   {k: v for k, v in attrs.items() if v is not None}, parent=0)
 
 
-@functools.lru_cache(maxsize=1)
-def _env_metadata() -> dict[str, str]:
-    """What MLflow's tracer says about the process (source, user, git), resolved once."""
-    from mlflow.tracing.utils.environment import resolve_env_metadata
-
-    return dict(resolve_env_metadata())
-
-
-def _preview(value: Any) -> str:
-    """A root span's inputs/outputs as MLflow's trace metadata holds them (JSON, truncated)."""
-    from mlflow.tracing.constant import MAX_CHARS_IN_TRACE_INFO_METADATA, TRUNCATION_SUFFIX
-    from mlflow.tracing.utils import dump_span_attribute_value
-
-    text = dump_span_attribute_value(value)
-    if len(text) > MAX_CHARS_IN_TRACE_INFO_METADATA:
-        text = text[:MAX_CHARS_IN_TRACE_INFO_METADATA - len(TRUNCATION_SUFFIX)] + TRUNCATION_SUFFIX
-    return text
-
-
 def root_output(done: TaskDone) -> str:
     """What the trace list's Response column shows: the answer's text, or why there is none.
 
@@ -266,7 +241,6 @@ def root_output(done: TaskDone) -> str:
 def build_trace(done: TaskDone, target: TraceTarget) -> Any:
     """One task as an MLflow ``Trace``: what MLflow's tracer would make of the same spans, feedback included."""
     from mlflow.entities import Trace, TraceData, TraceInfo, TraceLocation, TraceState
-    from mlflow.tracing.utils import add_size_stats_to_trace_metadata
 
     r = done.answer
     calls: list[AnswerRecord | JudgmentRecord] = [r, *done.judgments]
@@ -284,8 +258,9 @@ def build_trace(done: TaskDone, target: TraceTarget) -> Any:
         drafts.append(_answer_draft(done, target, (start, end)))
     drafts.extend(_judge_draft(j, target, (start, end)) for j in done.judgments)
     spans = _spans(drafts, otel, trace_id, target.experiment_id)
-    metadata = {**_env_metadata(), "mlflow.trace_schema.version": "3", "mlflow.sourceRun": target.run_id,
-                "mlflow.traceInputs": _preview(inputs), "mlflow.traceOutputs": _preview(outputs)}
+    metadata = {**mlflow_compat.env_metadata(), "mlflow.trace_schema.version": "3", "mlflow.sourceRun": target.run_id,
+                "mlflow.traceInputs": mlflow_compat.metadata_preview(inputs),
+                "mlflow.traceOutputs": mlflow_compat.metadata_preview(outputs)}
     usage = [u for u in (token_usage(x.usage) for x in calls) if u]
     if usage:
         metadata["mlflow.trace.tokenUsage"] = json.dumps(
@@ -298,7 +273,7 @@ def build_trace(done: TaskDone, target: TraceTarget) -> Any:
               "status": str(done.status), "wildtrace.cached": str(bool(r.provenance.cached)).lower()},
         assessments=feedbacks(trace_id, done, target))
     trace = Trace(info=info, data=TraceData(spans=spans))
-    add_size_stats_to_trace_metadata(trace)
+    mlflow_compat.add_size_stats(trace)
     return trace
 
 
@@ -313,43 +288,26 @@ def feedbacks(trace_id: str, done: TaskDone, target: TraceTarget) -> list:
         metadata={"total": str(j.total), "status": str(j.status)}) for j in done.judgments]
 
 
-#: The price library MLflow's SQL store tries for each LLM span's cost (``import litellm``, then its own table).
-PRICE_LIBRARY = "litellm"
-
-
-def note_absent_price_library() -> bool:
-    """Record once that ``litellm`` is not installed, so that MLflow's per-span ``import litellm`` fails at once.
-
-    A failed import is not remembered by Python: each of a store's spans searched every path
-    entry again (about a third of a ms a span, 0.25 s of a full-size rerun's 2,038 spans). A
-    ``None`` in ``sys.modules`` makes the same import raise the same ImportError at once, so
-    MLflow takes its own price table exactly as before; an installed litellm is left alone.
-    Returns whether it is absent.
-    """
-    if PRICE_LIBRARY in sys.modules:
-        return sys.modules[PRICE_LIBRARY] is None
-    try:
-        absent = importlib.util.find_spec(PRICE_LIBRARY) is None
-    except (ImportError, ValueError):
-        return False
-    if absent:
-        sys.modules[PRICE_LIBRARY] = None  # type: ignore[assignment]
-    return absent
-
-
 def tracing_client(tracking_uri: str) -> Any:
     """MLflow's trace client for one store (explicit: the global tracking URI is never touched)."""
-    from mlflow.tracing.client import TracingClient
-
-    note_absent_price_library()
     open_store(tracking_uri)  # a new local store is created under its lock, never by a racing open
-    return TracingClient(tracking_uri)
+    return mlflow_compat.trace_client(tracking_uri)
+
+
+def start_traces(client: Any, infos: list) -> list[tuple[Any, Exception]]:
+    """Store each trace info (with its feedback); (info, error) for each that could not be stored."""
+    failed: list[tuple[Any, Exception]] = []
+    for info in infos:
+        try:
+            client.start_trace(info)
+        except Exception as exc:  # noqa: BLE001 - the rest of the batch still goes
+            failed.append((info, exc))
+    return failed
 
 
 def write_traces(client: Any, experiment_id: str, traces: list,
                  spans_only: Set[str] = frozenset()) -> tuple[list[str], list[tuple[str, Exception]]]:
-    """Store a batch of traces: their infos (with their feedback; one transaction on a SQL store,
-    ``trace_batch``), then all their spans at once.
+    """Store a batch of traces: their infos (with their feedback), then all their spans at once.
 
     Info first: spans arriving before their trace make MLflow's store create a bare trace and
     then merge the real one into it, about four times the work (this is what MLflow's own
@@ -363,28 +321,8 @@ def write_traces(client: Any, experiment_id: str, traces: list,
               if t.info.trace_id in refused]
     stored = [t for t in traces if t.info.trace_id not in refused]
     if stored:
-        log_spans(client, experiment_id, [span for trace in stored for span in trace.data.spans])
+        client.log_spans(experiment_id, [span for trace in stored for span in trace.data.spans])
     return [trace.info.trace_id for trace in stored], failed
-
-
-def log_spans(client: Any, experiment_id: str, spans: list) -> None:
-    """``client.log_spans``, asking a tracking server its version again when it could not say.
-
-    MLflow's REST store asks the server ``/version`` once per process (3-s timeout, no retry)
-    and caches the answer, a failure included: one slow reply from a busy or restarting
-    server made every later ``log_spans`` of that process raise NotImplementedError (seen:
-    a whole ``upload`` failed after the server came back). The cache is cleared and the call
-    made once more; a server that still cannot say its version fails as before.
-    """
-    try:
-        client.log_spans(experiment_id, spans)
-    except NotImplementedError as exc:
-        if "server version" not in str(exc):
-            raise
-        from mlflow.store.tracking.rest_store import RestStore
-
-        RestStore._get_server_version.cache_clear()
-        client.log_spans(experiment_id, spans)
 
 
 def _first_line(exc: BaseException) -> str:
