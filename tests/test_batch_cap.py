@@ -320,3 +320,22 @@ def test_an_outcome_settled_when_it_arrived_is_counted_once():
         assert book.stats()["endpoints"]["model"]["calls_paid"] == 1 and book.spent_usd() == pytest.approx(0.0007)
         assert book.not_sent() == 1
     asyncio.run(go())
+
+
+def test_items_sent_again_after_a_batch_that_may_have_billed_reserve_again(tmp_path, release, test_key):
+    """A batch the provider no longer knows (two 404s) may still have run and billed: its items' reservations
+    stay spent, and sending them again needs a reservation of its own, which a cap that is full refuses."""
+    from test_batch import BatchServerWithFaults
+
+    with BatchServerWithFaults() as server:
+        server.lost_polls = 2
+        probe = settings(tmp_path / "p", capped(server.url, release, tmp_path / "cache"))
+        cap = (answer_worst(probe, "What failed? [q0]") * Decimal("2.5")).quantize(Decimal("1e-9"))
+        cfg = settings(tmp_path / "a", [*capped(server.url, release, tmp_path / "cache"), "stage=answer",
+                                        f"budget.max_usd={cap}"])
+        result = run(cfg)
+    assert list(server.batches) == ["batch_1"]  # the lost batch's items were not sent (and paid) again
+    assert sum((billed(body) for _, body in sent_items(server)), Decimal(0)) <= cap
+    answers = rows(Path(cfg.out_dir), "responses.json")
+    assert [r["status"] for r in answers] == [AnswerStatus.BUDGET_EXHAUSTED] * N
+    assert result.exit_code == EXIT_BUDGET and result.stats["cost"]["at_most_usd"] > 0

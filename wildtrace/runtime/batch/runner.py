@@ -38,6 +38,7 @@ from wildtrace.runtime.batch.base import (
     Status,
 )
 from wildtrace.runtime.batch.ledger import BatchRecord, BatchState, Ledger
+from wildtrace.runtime.budget import Ledger as Budget
 from wildtrace.runtime.budget import Ticket
 from wildtrace.runtime.http import Attempt, Endpoint, interpret, is_storable
 from wildtrace.runtime.retry import Verdict, classify
@@ -88,6 +89,7 @@ class Runner:
             fresh = [key for key in self.wants if key not in covered]
             self._exhaust(fresh)
             fresh = [key for key in fresh if key in self.wants]
+            fresh = await self._reserved(fresh)
             if self.endpoint.quota_error is not None:
                 self._fail_all(fresh, FailReason.QUOTA_EXHAUSTED, f"not sent: an earlier call was refused for quota "
                                f"({self.endpoint.quota_error})")
@@ -119,6 +121,28 @@ class Runner:
             self.ledger.save(record)  # this run's batches.json lists it too
             found.append(record)
         return found
+
+    async def _reserved(self, keys: list[str]) -> list[str]:
+        """The keys whose reservation holds: an item sent again after a batch that may have billed it reserves
+        its worst case once more (on disk before the batch is created), and one the cap cannot hold now is
+        not sent (``budget_exhausted``)."""
+        kept: list[str] = []
+        ledgers: dict[int, Budget] = {}  # by identity: one flush each
+        for key in keys:
+            ticket = self.wants[key].ticket
+            verdict = True if ticket is None else ticket.reserve_now()
+            if verdict:
+                kept.append(key)
+                if ticket is not None and ticket.entry is not None:
+                    ledgers[id(ticket.ledger)] = ticket.ledger
+                continue
+            assert ticket is not None
+            if verdict is None:  # would fit only once the items in flight settle: this round does not wait
+                ticket.refuse()
+            self._resolve(key, ticket.refusal(self.attempts[key]))
+        for ledger in ledgers.values():
+            await ledger.written()
+        return kept
 
     def _exhaust(self, keys: list[str]) -> None:
         """Items already sent max_retries + 1 times fail with their last error."""
@@ -180,6 +204,9 @@ class Runner:
             for key in record.custom_ids:
                 if key in self.wants:
                     self.last_error[key] = (404, None, status.problem or "batch not found")
+                    ticket = self.wants[key].ticket
+                    if ticket is not None:  # the batch may have run and billed: its reservation stays spent
+                        ticket.attempted(billed=True)
             return
         wanted = {key for key in record.custom_ids if key in self.wants}
         seen: set[str] = set()

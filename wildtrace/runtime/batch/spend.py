@@ -14,6 +14,8 @@ reserved against the same budget: spend plus what is in flight never passes a ca
   have (a synchronous call waits for the calls in flight the same way).
 - An admitted item's reservation becomes its real, discounted cost when its result arrives
   (``Runner._resolve`` → ``Ledger.settle_ahead``), or is released when it failed without one.
+  An item sent again after a batch that may have billed it (one the provider no longer knows)
+  reserves again (``Runner._reserved``).
 - The items of one open batch (a killed run's, polled rather than sent again) are admitted or
   held back together: collecting a batch closes its record, so an item of it left out would
   later be sent, and paid for, a second time.
