@@ -245,3 +245,20 @@ def test_a_refused_command_removes_only_the_folders_it_made(tmp_path: Path, run_
     assert proc.returncode == ExitCode.BAD_INPUT and "stage=judge needs responses=PATH" in proc.stderr, proc.stderr
     assert here.is_dir() and (tmp_path / "keep.txt").is_file()
     assert not (here / "run").exists() and not (here / "a").exists()
+
+
+#: (command, what its help's first line names): each entry point's --help says what THAT command is first.
+HELPS = [(["wildtrace"], "wildtrace: a harness"), (["wildtrace.check"], "wildtrace.check: "),
+         (["wildtrace.estimate"], "wildtrace.estimate: "), (["wildtrace.probe"], "wildtrace.probe: "),
+         (["wildtrace.report"], "wildtrace.report: "), (["wildtrace.upload"], "python -m wildtrace.upload"),
+         (["wildtrace.paper"], "wildtrace.paper: "), (["wildtrace.paper", "eval"], "wildtrace-eval ("),
+         (["wildtrace.paper", "judge"], "wildtrace-judge ("), (["wildtrace.download"], "python -m wildtrace.download")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("command", "first"), HELPS, ids=lambda v: " ".join(v) if isinstance(v, list) else None)
+def test_each_help_describes_its_own_entry_point_first(tmp_path: Path, command: list[str], first: str) -> None:
+    proc = cli(*command, "--help", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert first in proc.stdout.splitlines()[0], proc.stdout[:300]
+    assert list(tmp_path.iterdir()) == []

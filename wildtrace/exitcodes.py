@@ -63,7 +63,21 @@ def fail(prog: str, message: object, code: ExitCode = ExitCode.BAD_INPUT) -> NoR
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse whose usage errors are the common error line (exit 2), after the usage text as argparse has it."""
+    """argparse whose usage errors are the common error line (exit 2), after the usage text as argparse has it,
+    and whose ``--help`` says what the command is before its usage."""
+
+    def format_help(self) -> str:
+        """The description first, then argparse's usage and options."""
+        description, self.description = self.description, None
+        try:
+            rest = super().format_help()
+        finally:
+            self.description = description
+        if not description:
+            return rest
+        formatter = self._get_formatter()
+        formatter.add_text(description)
+        return formatter.format_help() + "\n" + rest
 
     def error(self, message: str) -> NoReturn:
         """A bad argument: the usage on stderr, then ``<prog>: error: <message>``, exit 2."""

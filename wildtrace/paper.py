@@ -467,7 +467,8 @@ def default_corpus(data: Path) -> Path:
 
 def _parser(prog: str, judge: bool) -> argparse.ArgumentParser:
     parser = ArgumentParser(prog=prog, description=(
-        "The spec's §6 " + ("judge step (run_judge.py)" if judge else "answer step (run_eval.py)")
+        f"{prog} (python -m wildtrace.paper {'judge' if judge else 'eval'}): the spec's §6 "
+        + ("judge step (run_judge.py)" if judge else "answer step (run_eval.py)")
         + f" on wildtrace's Hydra config; the bearer token is read from ${API_KEY_ENV}."))
     parser.add_argument("--config", type=_path, required=True, help="config.json (README: the paper's workflow)")
     parser.add_argument("--data", type=_path, required=True, help="the tasks file, e.g. data/wildtrace_strict481"
@@ -529,12 +530,28 @@ def _exit(code: int, argv: list[str] | None) -> int:
     return code
 
 
+#: ``python -m wildtrace.paper --help``: what the command is, then its two steps.
+HELP = f"""wildtrace.paper: the spec's two-step CLI (§6: run_eval.py, run_judge.py) on wildtrace's Hydra config.
+A config.json names the model, its base URL and the judges; the bearer token is read from ${API_KEY_ENV}.
+
+usage: python -m wildtrace.paper {{eval,judge}} ...
+  eval   --config config.json --data TASKS --corpus CORPUS --out responses.json   answers only
+  judge  --config config.json --data TASKS --responses responses.json --out scores.json   judging only
+
+The same steps are the wildtrace-eval and wildtrace-judge commands; `python -m wildtrace.paper eval --help`
+lists a step's flags (docs/experiments/paper-cli.md). Exit 0 done, 1 the run failed, 2 bad input."""
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m wildtrace.paper eval|judge …``."""
+    """``python -m wildtrace.paper eval|judge …`` (``--help``: what it is, exit 0)."""
     argv = sys.argv[1:] if argv is None else argv
     steps = {"eval": eval_main, "judge": judge_main}
+    if argv[:1] in (["-h"], ["--help"]):
+        print(HELP)
+        return ExitCode.OK
     if not argv or argv[0] not in steps:
-        error("wildtrace.paper", "usage: python -m wildtrace.paper {eval,judge} --config config.json …")
+        error("wildtrace.paper", "usage: python -m wildtrace.paper {eval,judge} --config config.json … "
+              "(--help says more)")
         return ExitCode.BAD_INPUT
     return steps[argv[0]](argv[1:])
 
