@@ -10,7 +10,10 @@ to send (docs/providers/cost.md):
   ``estimate.judge_tokens``) up to the completion budget (``max_tokens``);
 - a judge call of an answer not known yet holds that answer in its prompt: low, a typical
   answer; high, a full ``max_tokens`` one;
-- a call whose input crosses the endpoint's long-context tier is priced at the tier.
+- a call whose input crosses the endpoint's long-context tier is priced at the tier;
+- an answer whose prompt the sweep sends again (``prompt_repeats`` above 1) may be read from the
+  provider's prompt cache: low, all its input read at the cached price (a repeat that hits); high,
+  all of it missed, or written where a write costs more (the first call of a marked prompt).
 
 Prints one row per endpoint and the total, and writes ``estimate.json`` in its output
 folder. No key is read and no request is sent. Exit 2 on a config or data error.
@@ -30,26 +33,35 @@ from wildtrace.app import CONF_DIR, check_command_line, prepare, route_console_t
 from wildtrace.exitcodes import fail
 from wildtrace.config import ConfigError, WildtraceConfig, batch_labels, price_of, register
 from wildtrace.core.caps import CHARS_PER_TOKEN, tokens_of
-from wildtrace.core.cost import Billable, Price, exact_cost, in_tier
+from wildtrace.core.cost import Billable, Price, exact_cost, in_tier, worst_cost
 from wildtrace.runtime.pipeline import PlannedCall
 
 register()
 
-def _usd(price: Price | None, input_tokens: int, output_tokens: int, batched: bool = False) -> float | None:
-    exact = exact_cost(price, Billable(input_tokens, 0, output_tokens), batched)
+def _usd(price: Price | None, input_tokens: int, output_tokens: int, batched: bool = False,
+         cached: int = 0) -> float | None:
+    exact = exact_cost(price, Billable(input_tokens, cached, output_tokens), batched)
+    return None if exact is None else float(exact)
+
+
+def _worst_usd(price: Price | None, input_tokens: int, output_tokens: int, batched: bool = False) -> float | None:
+    exact = worst_cost(price, Billable(input_tokens, 0, output_tokens), batched)
     return None if exact is None else float(exact)
 
 
 def price_calls(calls: Iterable[PlannedCall], prices: Mapping[str, Price | None], typical: Mapping[str, int],
-                answer_max_tokens: int, batched: frozenset[str] = frozenset()) -> dict:
+                answer_max_tokens: int, batched: frozenset[str] = frozenset(),
+                repeated: frozenset[str] = frozenset()) -> dict:
     """estimate.json from the planned calls: per endpoint and the total (USD None where a price is missing).
 
     ``typical``: label → a typical reply's output tokens; ``answer_max_tokens``: the answers'
     budget, the longest answer a pending judge call may hold; ``batched``: the endpoints sent
-    through a batch API, priced with their ``batch_discount`` (unknown where it has none).
+    through a batch API, priced with their ``batch_discount`` (unknown where it has none);
+    ``repeated``: the endpoints whose prompts the sweep sends again (low: read from the provider's cache).
     """
     rows: dict[str, dict] = {label: {"calls": 0, "input_tokens": 0, "input_tokens_max": 0, "output_tokens_min": 0,
-                                     "output_tokens_max": 0, "tier_calls": 0, "usd_min": 0.0, "usd_max": 0.0}
+                                     "output_tokens_max": 0, "tier_calls": 0, "cache_read_tokens": 0,
+                                     "usd_min": 0.0, "usd_max": 0.0}
                              for label in prices}
     answer_typical = typical.get("model", 0)
     for call in calls:
@@ -65,8 +77,12 @@ def price_calls(calls: Iterable[PlannedCall], prices: Mapping[str, Price | None]
         row["output_tokens_max"] += call.max_tokens
         row["tier_calls"] += int(price is not None and in_tier(price, low_in))
         b = call.label in batched
-        for key, usd in (("usd_min", _usd(price, low_in, low_out, b)),
-                         ("usd_max", _usd(price, high_in, call.max_tokens, b))):
+        reads = low_in if call.label in repeated and price is not None and \
+            price.cached_input_per_mtok is not None else 0
+        row["cache_read_tokens"] += reads
+        for key, usd in (("usd_min", _usd(price, low_in, low_out, b, reads)),
+                         ("usd_max", _worst_usd(price, high_in, call.max_tokens, b) if call.label in repeated
+                          else _usd(price, high_in, call.max_tokens, b))):
             row[key] = None if usd is None or row[key] is None else row[key] + usd
     for row in rows.values():
         for key in ("usd_min", "usd_max"):
@@ -86,7 +102,8 @@ def estimate(cfg: WildtraceConfig) -> dict:
     specs, configs, answer = plan.specs, endpoint_configs(cfg), plan.answer_sampling
     prices = {s.label: price_of(configs[s.label]) for s in specs}
     typical = {s.label: cfg.estimate.answer_tokens if s.label == "model" else cfg.estimate.judge_tokens for s in specs}
-    out = price_calls(survey.planned, prices, typical, answer.max_tokens, batch_labels(cfg))
+    repeated = frozenset({"model"} if cfg.prompt_repeats > 1 else ())
+    out = price_calls(survey.planned, prices, typical, answer.max_tokens, batch_labels(cfg), repeated)
     out["missing_prices"] = {s.label: f"{'model' if s.label == 'model' else 'judge_panel.judges.' + s.label}.price."
                              + prices[s.label].missing()[0] for s in specs if prices[s.label].missing()}
     out["plan"] = {"answers_to_request": survey.answers_to_request, "answers_cached": survey.answers_cached,
@@ -102,12 +119,14 @@ def _money(value: float | None) -> str:
 
 def render(est: dict) -> str:
     """The estimate as an aligned table and a total line."""
-    header = ("endpoint", "calls", "input tokens", "output tokens", "tier calls", "USD low", "USD high")
+    header = ("endpoint", "calls", "input tokens", "cache reads", "output tokens", "tier calls", "USD low",
+              "USD high")
     rows = [header]
     for label, r in est["endpoints"].items():
         wider = r["input_tokens_max"] != r["input_tokens"]
         inputs = f"{r['input_tokens']:,}" + (f"–{r['input_tokens_max']:,}" if wider else "")
-        rows.append((label, f"{r['calls']:,}", inputs, f"{r['output_tokens_min']:,}–{r['output_tokens_max']:,}",
+        reads = f"0–{r['cache_read_tokens']:,}" if r["cache_read_tokens"] else "0"
+        rows.append((label, f"{r['calls']:,}", inputs, reads, f"{r['output_tokens_min']:,}–{r['output_tokens_max']:,}",
                      f"{r['tier_calls']:,}", _money(r["usd_min"]), _money(r["usd_max"])))
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
