@@ -156,6 +156,7 @@ class Ledger:
     _ahead: dict[int, CallResult] = field(default_factory=dict, repr=False)
     #: The command's spend on disk (None: this process alone, e.g. with the cache disabled).
     journal: Journal | None = None
+    _writing: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
 
     @classmethod
     def build(cls, prices: Mapping[str, tuple[Price | None, float | None]], run_cap: float | None,
@@ -174,10 +175,17 @@ class Ledger:
                 self.account(label).earlier = amount
 
     async def written(self) -> None:
-        """Wait until every reservation made so far is on disk (before the attempts they cover are sent)."""
-        if self.journal is not None and self.journal.pending:
-            await asyncio.get_running_loop().run_in_executor(FILE_THREADS, self.journal.flush)
-            self._earlier()
+        """Wait until every reservation made so far is on disk (before the attempts they cover are sent).
+
+        One write at a time: a line queued while another write is under way waits for it, then goes
+        in the next (lines queued together share one fsync)."""
+        if self.journal is None:
+            return
+        async with self._writing:
+            if self.journal.pending:
+                lines, self.journal.pending = self.journal.pending, []  # taken here, on the loop
+                await asyncio.get_running_loop().run_in_executor(FILE_THREADS, self.journal.write, lines)
+                self._earlier()
 
     def close(self) -> None:
         """Write what is left of the journal (the settlements of the last calls)."""
@@ -459,8 +467,12 @@ class Journal:
         return entry
 
     def flush(self) -> None:
-        """Append the queued lines, fsynced, under the file's lock; then read what other runs appended."""
+        """Append the queued lines (``write``)."""
         lines, self.pending = self.pending, []
+        self.write(lines)
+
+    def write(self, lines: list[str]) -> None:
+        """Append ``lines``, fsynced, under the file's lock; then read what other runs appended."""
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         try:
             _lock(fd)
