@@ -3,18 +3,17 @@
 throughput.py's ratio (wall over ceil(N/C)·L) moves by a fifth within a morning on this
 machine, and part of what is over the ideal belongs to no harness: the loopback endpoint's
 own threads, the loop's wake-ups, the connections' first round trips. This benchmark puts
-four clients in turn against the same kind of endpoint (its own process, the same latency),
+three clients in turn against the same kind of endpoint (its own process, the same latency),
 with the same N requests of the same body at the same bound C, each opening fresh
 connections as a run does:
 
 - ``raw``: asyncio's own streams and a few lines of HTTP/1.1 — what this machine allows;
-- ``httpx``: httpx's transport (httpcore), one connection a slot, as wildtrace's endpoints held
-  them before runtime/transport.py (request built, body read and decoded);
-- ``transport``: the same with wildtrace's own slot transport (h11 over asyncio), as its
-  endpoints hold them now — the floor of the HTTP stack wildtrace is built on;
+- ``httpx``: one httpx client with its own pool of C connections, made as wildtrace's endpoints
+  make theirs (runtime/client.py), C workers sending through it — the floor of the HTTP stack
+  wildtrace is built on;
 - ``wildtrace``: the whole ``run()`` of throughput.py, answers only.
 
-Rounds run the four in turn so that the machine's drift falls on all of them alike.
+Rounds run the three in turn so that the machine's drift falls on all of them alike.
 
     python benchmarks/floor.py                          # 64 tasks, 0.25 s, concurrency 16, 3 rounds
     python benchmarks/floor.py --rounds 5 --json floor.json
@@ -26,7 +25,6 @@ import argparse
 import asyncio
 import json
 import math
-import ssl
 import statistics
 import sys
 import time
@@ -40,8 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from throughput import DOCUMENT, endpoint, measure
 from wildtrace.core.prompts import answer_prompt
-from wildtrace.runtime.http import KEEPALIVE
-from wildtrace.runtime.transport import ConnectionTransport
+from wildtrace.runtime.client import make_client
 
 
 def body(i: int) -> bytes:
@@ -70,20 +67,15 @@ async def _raw_worker(host: str, port: int, work: asyncio.Queue[bytes], target: 
         writer.close()
 
 
-async def _httpx_worker(transport: httpx.AsyncBaseTransport, url: str, work: asyncio.Queue[bytes]) -> None:
-    async with transport:
-        while not work.empty():
-            content = work.get_nowait()
-            request = httpx.Request("POST", url, content=content,
-                                    headers={"Content-Type": "application/json", "Authorization": "Bearer sk-bench"})
-            response = await transport.handle_async_request(request)
-            try:
-                if response.status_code != 200:
-                    raise RuntimeError(f"httpx client: status {response.status_code}")
-                assert isinstance(response.stream, httpx.AsyncByteStream)
-                json.loads(b"".join([chunk async for chunk in response.stream]))
-            finally:
-                await response.aclose()
+async def _httpx_worker(client: httpx.AsyncClient, url: str, work: asyncio.Queue[bytes]) -> None:
+    while not work.empty():
+        content = work.get_nowait()
+        async with client.stream("POST", url, content=content,
+                                 headers={"Content-Type": "application/json", "Authorization": "Bearer sk-bench"}
+                                 ) as response:
+            if response.status_code != 200:
+                raise RuntimeError(f"httpx client: status {response.status_code}")
+            json.loads(await response.aread())
 
 
 async def _clients(kind: str, url: str, tasks: int, concurrency: int) -> None:
@@ -97,15 +89,8 @@ async def _clients(kind: str, url: str, tasks: int, concurrency: int) -> None:
         await asyncio.gather(*(_raw_worker(parts.hostname, parts.port, work, "/v1/chat/completions")
                                for _ in range(concurrency)))
     else:
-        context = httpx.create_ssl_context()  # once, as wildtrace's endpoints share one
-        await asyncio.gather(*(_httpx_worker(_slot(kind, context), target, work) for _ in range(concurrency)))
-
-
-def _slot(kind: str, context: ssl.SSLContext) -> httpx.AsyncBaseTransport:
-    if kind == "transport":
-        return ConnectionTransport(context, KEEPALIVE)
-    return httpx.AsyncHTTPTransport(verify=context, retries=0,
-                                    limits=httpx.Limits(max_connections=1, max_keepalive_connections=1))
+        async with make_client(60.0, concurrency) as shared:
+            await asyncio.gather(*(_httpx_worker(shared, target, work) for _ in range(concurrency)))
 
 
 def client(kind: str, tasks: int, latency: float, concurrency: int) -> dict:
@@ -129,13 +114,12 @@ def harness(tasks: int, latency: float, concurrency: int) -> dict:
 RUNNERS: dict[str, Callable[[int, float, int], dict]] = {
     "raw": lambda n, lat, c: client("raw", n, lat, c),
     "httpx": lambda n, lat, c: client("httpx", n, lat, c),
-    "transport": lambda n, lat, c: client("transport", n, lat, c),
     "wildtrace": harness,
 }
 
 
 def rounds(tasks: int, latency: float, concurrency: int, count: int) -> dict:
-    """A warm-up of each client, then ``count`` rounds of the four in turn; every run, and each client's median."""
+    """A warm-up of each client, then ``count`` rounds of the three in turn; every run, and each client's median."""
     for run_one in RUNNERS.values():
         run_one(concurrency, 0.01, concurrency)
     runs = [RUNNERS[kind](tasks, latency, concurrency) for _ in range(count) for kind in RUNNERS]
@@ -143,7 +127,6 @@ def rounds(tasks: int, latency: float, concurrency: int, count: int) -> dict:
     return {"tasks": tasks, "latency_s": latency, "concurrency": concurrency, "runs": runs,
             "median_ratio": {kind: round(value, 4) for kind, value in medians.items()},
             "over_httpx": round(medians["wildtrace"] - medians["httpx"], 4),
-            "over_transport": round(medians["wildtrace"] - medians["transport"], 4),
             "over_raw": round(medians["wildtrace"] - medians["raw"], 4)}
 
 

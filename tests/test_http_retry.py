@@ -845,23 +845,3 @@ def test_cache_non_object_entry_is_a_miss(tmp_path, content):
 def test_is_storable_table(reason, ok, storable):
     result = CallResult(ok, None, reason, None, None, Usage(), 1, 0.0, 200, None)
     assert is_storable(result) is storable
-
-
-@pytest.mark.parametrize(
-    "env, url, expected",
-    [
-        ({"https_proxy": "http://proxy:3128"}, "https://api.openai.com/v1", "http://proxy:3128"),
-        ({"https_proxy": "http://proxy:3128", "no_proxy": "api.openai.com"}, "https://api.openai.com/v1", None),
-        ({"http_proxy": "http://proxy:3128"}, "https://api.openai.com/v1", None),
-        ({}, "http://127.0.0.1:8000/v1", None),
-    ],
-)
-def test_proxy_from_environment(monkeypatch, env, url, expected):
-    from wildtrace.runtime.http import proxy_for
-
-    for name in ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
-                 "all_proxy", "ALL_PROXY"):
-        monkeypatch.delenv(name, raising=False)
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    assert proxy_for(url) == expected

@@ -31,7 +31,7 @@ import httpx
 
 from wildtrace.providers.base import EndpointSpec
 from wildtrace.providers.registry import make_provider, provider_class
-from wildtrace.runtime.http import _ssl_context, proxy_for
+from wildtrace.runtime.client import make_client
 from wildtrace.runtime.secrets import redact
 from wildtrace.runtime.served import default_pattern
 
@@ -128,10 +128,7 @@ def _model_id(spec: EndpointSpec, entry: dict) -> str | None:
 async def list_models(spec: EndpointSpec, key: str | None, transport: httpx.AsyncBaseTransport | None = None,
                       max_pages: int = MAX_PAGES) -> Listing:
     """The endpoint's model list, every page up to ``max_pages``; never raises for what the server does."""
-    proxy = proxy_for(spec.base_url)
-    # trust_env off: the proxy is the one a run's calls use (proxy_for), and no .netrc credentials are sent.
-    client = httpx.AsyncClient(transport=transport, verify=_ssl_context(), proxy=None if transport else proxy,
-                               timeout=httpx.Timeout(TIMEOUT_S), follow_redirects=False, trust_env=False)
+    client = make_client(TIMEOUT_S, transport=transport)
     listing = Listing(ids=[])
     token: str | None = None
     try:

@@ -1,4 +1,4 @@
-"""The one shared HTTP call: cache, transports, concurrency bound, streaming, timeouts, retries.
+"""The one shared HTTP call: cache, concurrency bound, streaming, timeouts, retries.
 
 Every provider goes through ``Endpoint.call``; providers never touch a socket. This is the
 only place that retries, times out, bounds and caches:
@@ -24,17 +24,12 @@ only place that retries, times out, bounds and caches:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import functools
 import json
 import logging
 import random
-import socket
-import ssl
 import time
-import urllib.parse
-import urllib.request
 import zlib
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -48,10 +43,10 @@ from wildtrace.core.records import CallResult, FailReason, Usage
 from wildtrace.providers.base import IncompleteStream, Provider, StreamError, WireRequest
 from wildtrace.runtime.budget import Ticket, may_be_billed
 from wildtrace.runtime.cache import FILE_THREADS, Cache, StorageError, cache_key
+from wildtrace.runtime.client import make_client
 from wildtrace.runtime.ratelimit import AdaptiveLimit, Cost, Grant
 from wildtrace.runtime.retry import Quota, Resend, Retry, RetryPolicy, Seen, failure_reason, next_step, retry_hint
 from wildtrace.runtime.secrets import ECHO_NOTE, redact, scrub
-from wildtrace.runtime.transport import ConnectionTransport
 
 log = logging.getLogger(__name__)
 
@@ -59,14 +54,6 @@ log = logging.getLogger(__name__)
 REPLICATE_HEADER = "x-wildtrace-replicate"
 #: An error body is kept to this many bytes; the provider's message is in its first lines.
 ERROR_BODY_LIMIT = 1 << 20
-#: Sockets probe an idle connection after this many seconds, so a proxy or NAT that drops
-#: silent connections during a long generation is noticed (and the kernel keeps it alive).
-KEEPALIVE = (
-    (socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1),
-    *((socket.IPPROTO_TCP, getattr(socket, name), value)
-      for name, value in (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 15), ("TCP_KEEPCNT", 4)) if hasattr(socket, name)),
-)
-
 
 #: What every request asks for: an uncompressed body (a server may still compress; see ``decoded_body``).
 ACCEPT_ENCODING = "identity"
@@ -231,34 +218,6 @@ def decode_json(data: bytes) -> tuple[Any, tuple[str, ...]]:
     return strict(value)
 
 
-def proxy_for(base_url: str) -> str | None:
-    """The HTTP(S)_PROXY that applies to ``base_url`` (NO_PROXY honoured), as a client would pick."""
-    parts = urllib.parse.urlsplit(base_url)
-    if not parts.hostname or urllib.request.proxy_bypass(parts.hostname):
-        return None
-    return urllib.request.getproxies().get(parts.scheme)
-
-
-@functools.cache
-def _load_network_stack() -> None:
-    """Import what httpcore imports at its first request (anyio's asyncio backend and streams, 30
-    modules) before the run, for an endpoint behind a proxy (httpx's transport): measured through
-    the CLI, that import ran on the event loop inside the first wave of calls, and every call of the
-    wave waited for it. Private names: should they move, the import simply happens at the first
-    request again."""
-    with contextlib.suppress(ImportError, AttributeError):
-        import httpcore._backends.anyio  # noqa: F401 - anyio's streams, sockets and TLS wrapper
-        from anyio._core._eventloop import get_async_backend
-
-        get_async_backend("asyncio")  # what anyio would import on the loop at the first Event
-
-
-@functools.cache
-def _ssl_context() -> ssl.SSLContext:
-    """One verified TLS context per process: loading the CA bundle costs ~20 ms each time."""
-    return httpx.create_ssl_context()
-
-
 @dataclass
 class Attempt:
     """What one HTTP attempt gave: a status with its headers and decoded body, or a transport failure."""
@@ -325,19 +284,12 @@ class Endpoint:
         self.streaming = spec.stream and provider.streams and not self._local
         self._rng = random.Random(seed)
         self._auth = provider.auth_headers(api_key) if api_key else {}
-        self._timeout = httpx.Timeout(spec.timeout_s, connect=min(spec.timeout_s, 30.0))
-        # The concurrency bound is a queue of transports, one connection each. httpcore's shared
-        # pool rescans every connection for every request (≈3 ms a request at 16 in flight,
-        # measured in benchmarks/throughput.py); a private one-connection pool per slot is O(1).
-        proxy = proxy_for(spec.base_url)
-        self._transports = [transport or self._transport(proxy) for _ in range(spec.max_concurrency)]
-        self._slots: asyncio.Queue[httpx.AsyncBaseTransport] = asyncio.Queue()
-        for slot in self._transports:
-            self._slots.put_nowait(slot)
+        # One client, httpx's own pool of at most max_concurrency connections; the slots bound what is in flight.
+        self._client = make_client(spec.timeout_s, spec.max_concurrency, transport)
+        self._slots = asyncio.Semaphore(spec.max_concurrency)
         # The endpoint-wide pause after a 429/529 never outlasts what the retry rule itself would wait.
         self.limit = AdaptiveLimit(spec.max_concurrency,
                                    pause_max_s=min(60.0, retry.backoff_max_s, retry.retry_after_max_s))
-        self._extensions = {"timeout": self._timeout.as_dict()}
         self.requests_sent = 0
         self.retries = 0
         self.hits = 0
@@ -359,17 +311,9 @@ class Endpoint:
         """The endpoint's role in records: "model" or a judge key."""
         return self.provider.spec.label
 
-    @staticmethod
-    def _transport(proxy: str | None) -> httpx.AsyncBaseTransport:
-        if proxy is None:  # h11 straight over asyncio: httpcore's layers cost 2-8 % of the ideal (runtime/transport)
-            return ConnectionTransport(_ssl_context(), KEEPALIVE)
-        _load_network_stack()
-        return httpx.AsyncHTTPTransport(verify=_ssl_context(), retries=0, proxy=proxy, socket_options=KEEPALIVE,
-                                        limits=httpx.Limits(max_connections=1, max_keepalive_connections=1))
-
     async def aclose(self) -> None:
-        """Close every slot's connection."""
-        await asyncio.gather(*(transport.aclose() for transport in set(self._transports)))
+        """Close the endpoint's connections."""
+        await self._client.aclose()
 
     # ------------------------------------------------------------------ the call
 
@@ -554,33 +498,28 @@ class Endpoint:
 
     async def _send(self, wire: WireRequest, content: bytes, cost: Cost) -> Attempt:
         grant = await self.limit.acquire(cost)
-        slot = await self._slots.get()
         attempt = Attempt(failure="transport_error: not sent", unsent=True)
         try:
-            # A rule may have been learned while this waited for its turn (or backed off): such a
-            # request is rebuilt (without temperature, with the lowered budget), never sent as prepared.
-            if self._outdated(wire):
-                attempt = Attempt(stale=True)
-            else:
-                attempt = self._undisguise(await self._attempt(slot, wire, content, grant))
+            async with self._slots:
+                # A rule may have been learned while this waited for its turn (or backed off): such a
+                # request is rebuilt (without temperature, with the lowered budget), never sent as prepared.
+                if self._outdated(wire):
+                    attempt = Attempt(stale=True)
+                else:
+                    attempt = self._undisguise(await self._attempt(wire, content, grant))
         finally:
-            self._slots.put_nowait(slot)
             self.limit.release(grant, attempt.status, attempt.headers, attempt.payload)
         return attempt
 
-    async def _attempt(self, transport: httpx.AsyncBaseTransport, request: WireRequest, content: bytes,
-                       grant: Grant) -> Attempt:
-        # Straight to the slot's transport: none of a client's layers (redirects, cookies,
-        # auth flows, proxy mounts) apply to a JSON POST, and skipping them is measurably faster.
+    async def _attempt(self, request: WireRequest, content: bytes, grant: Grant) -> Attempt:
         headers = {"content-type": "application/json", "accept-encoding": ACCEPT_ENCODING, **request.headers,
                    **self._auth}
         spec = self.provider.spec
         self.requests_sent += 1
         try:
             async with asyncio.timeout(spec.max_call_s):
-                wire = httpx.Request("POST", request.url, content=content, headers=headers,
-                                     extensions=self._extensions)
-                response = await transport.handle_async_request(wire)
+                wire = self._client.build_request("POST", request.url, content=content, headers=headers)
+                response = await self._client.send(wire, stream=True)
                 try:
                     return await self._read(response, grant)
                 finally:
@@ -589,7 +528,7 @@ class Endpoint:
             return Attempt(failure=f"timeout: the call took longer than max_call_s={spec.max_call_s}s")
         except httpx.TimeoutException as exc:
             return Attempt(failure=f"timeout: {type(exc).__name__}: no byte for timeout_s={spec.timeout_s}s",
-                           unsent=isinstance(exc, httpx.ConnectTimeout))
+                           unsent=isinstance(exc, (httpx.ConnectTimeout, httpx.PoolTimeout)))
         except httpx.TransportError as exc:
             return Attempt(failure=f"transport_error: {type(exc).__name__}: {exc}",
                            unsent=isinstance(exc, httpx.ConnectError))
@@ -629,7 +568,9 @@ class Endpoint:
 
     @staticmethod
     async def _chunks(response: httpx.Response) -> AsyncIterator[bytes]:
-        async for chunk in response.stream:  # type: ignore[union-attr]  # raw bytes, also in-process responses
+        # The body's bytes as sent (the Content-Encoding is undone here, within the size bound); the
+        # response's stream itself, as an in-process transport's response is read before it is returned.
+        async for chunk in response.stream:  # type: ignore[union-attr]
             yield chunk
 
     async def _read_stream(self, chunks: AsyncIterator[bytes], status: int, headers: dict[str, str]) -> Attempt:

@@ -20,7 +20,8 @@ from typing import Any
 
 import httpx
 
-from wildtrace.runtime.http import decode_json, proxy_for
+from wildtrace.runtime.client import make_client
+from wildtrace.runtime.http import decode_json
 from wildtrace.runtime.retry import (
     RetryPolicy,
     Verdict,
@@ -86,9 +87,7 @@ class Control:
         self._rng = random.Random()
         self._headers = {**headers, **auth}
         self.on_request = on_request or (lambda: None)
-        # trust_env off: the proxy rule is the run's own (proxy_for) and no .netrc credential is sent.
-        self.client = httpx.AsyncClient(proxy=proxy_for(base_url), trust_env=False, follow_redirects=False,
-                                        timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 30.0)))
+        self.client = make_client(timeout_s)
 
     def same_origin(self, url: str) -> bool:
         """Whether ``url`` is on the endpoint's own scheme, host and port (the key goes nowhere else)."""
