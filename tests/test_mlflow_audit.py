@@ -17,7 +17,7 @@ from wildtrace import upload
 from wildtrace.tracking import documents
 
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.mlflow]
 DOC = "The seal was worn. The pump failed at 03:14. " * 20
 LONG = "z" * 3000
 

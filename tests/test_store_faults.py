@@ -32,7 +32,7 @@ from loopback import Call, LoopbackServer, Reply, chat
 from wildtrace.tracking import store
 from wildtrace.tracking.mlflow_logger import read_marker
 
-pytestmark = pytest.mark.slow  # real runs, each a few seconds
+pytestmark = [pytest.mark.slow, pytest.mark.mlflow]  # real runs, each a few seconds
 HEADLINE_RUN = re.compile(r"^mlflow: run ([0-9a-f]{32}) at ", re.M)
 #: Runs a real ``python -m wildtrace`` once every process is ready and the go file exists:
 #: the processes start their runs (and their logging processes) together.
@@ -175,6 +175,54 @@ def test_upload_says_3_when_mlflow_could_not_log_and_2_for_a_folder_that_is_no_r
     assert up.returncode == 2 and "not a wildtrace run directory" in up.stderr, up.stdout + up.stderr
 
 
+#: Opens a new store and SIGKILLs itself right after the n-th SQL statement containing a marker:
+#: the first run killed while MLflow makes the store's schema, at a point chosen by the test.
+KILLED_CREATION = """
+import os, signal, sys
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+from wildtrace.tracking import store
+uri, marker, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+seen = []
+
+@event.listens_for(Engine, "after_cursor_execute")
+def kill_at(conn, cursor, statement, *args):
+    if marker in statement:
+        seen.append(statement)
+        if len(seen) == n:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+store.open_store(uri)
+"""
+
+
+@pytest.mark.parametrize(("marker", "n"), [
+    ("CREATE TABLE alembic_version", 1),  # the first tables made, no migration run yet
+    ("UPDATE alembic_version", 5),  # between two migrations
+    ("CREATE TABLE _alembic_tmp_", 1),  # inside a migration that copies a table
+])
+def test_a_first_run_killed_while_the_store_is_made_leaves_a_store_the_next_run_makes_again(tmp_path, marker, n):
+    db = tmp_path / "outputs" / "mlflow.db"
+    db.parent.mkdir()
+    uri = f"sqlite:///{db}"
+    killed = subprocess.run([sys.executable, "-c", KILLED_CREATION, uri, marker, str(n)], capture_output=True,
+                            text=True, timeout=600)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    with sqlite3.connect(db) as conn:  # part-made: some tables, not the whole schema
+        made = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert "runs" in made and "trace_info" not in made, made
+
+    proc = subprocess.run(wildtrace(tmp_path / "outputs", f"mlflow.tracking_uri={uri}"), capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_id = HEADLINE_RUN.search(proc.stdout).group(1)
+    assert read_marker(run_dir(proc.stdout))["status"] == "logged"
+    assert alembic_leftovers(db) == []
+    client = store.client_for(uri)
+    assert client.get_run(run_id).info.status == "FINISHED"
+    assert client.search_traces(locations=[client.get_run(run_id).info.experiment_id], run_id=run_id)
+
+
 # ------------------------------------------------------------------ item 2: a store that cannot be opened
 
 
@@ -194,7 +242,8 @@ def bad_store(tmp_path: Path, kind: str) -> tuple[str, Path]:
         return f"sqlite:///{db}", db
     assert kind == "a store left half-migrated"
     db = tmp_path / "mlflow.db"
-    store.client_for(f"sqlite:///{db}")
+    client = store.client_for(f"sqlite:///{db}")
+    client.create_run(client.create_experiment("earlier"))  # it holds a run: not made again
     with sqlite3.connect(db) as conn:  # what an interrupted batch migration leaves behind
         conn.execute("CREATE TABLE _alembic_tmp_runs (run_uuid VARCHAR(32))")
     return f"sqlite:///{db}", db

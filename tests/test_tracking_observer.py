@@ -26,7 +26,7 @@ from wildtrace.tracking.mlflow_logger import read_marker
 from wildtrace.tracking.observer import MlflowObserver
 from wildtrace.tracking.traces import build_trace, tracing_client
 
-pytestmark = pytest.mark.slow  # a real MLflow store per test: seconds each
+pytestmark = [pytest.mark.slow, pytest.mark.mlflow]  # a real MLflow store per test: seconds each
 
 DOCS = {"doc_a.txt": "The pump failed at 03:14 because the seal was worn. " * 40,
         "doc_b.txt": "The harbour clock stopped at noon. " * 30}

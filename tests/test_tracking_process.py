@@ -22,7 +22,7 @@ from wildtrace.core.events import RunEnd
 from wildtrace.tracking import process as P
 from wildtrace.tracking.mlflow_logger import read_marker
 
-pytestmark = pytest.mark.slow  # a child interpreter importing MLflow per test: seconds each
+pytestmark = [pytest.mark.slow, pytest.mark.mlflow]  # a child interpreter importing MLflow per test: seconds each
 
 
 def observer_for(s) -> P.ProcessObserver:

@@ -21,7 +21,7 @@ from wildtrace.core.events import RunEnd
 from wildtrace.tracking.mlflow_logger import read_marker
 from wildtrace.tracking.observer import MlflowObserver
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.mlflow]
 
 
 def free_port() -> int:

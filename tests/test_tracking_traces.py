@@ -38,6 +38,8 @@ DONE = TaskDone(question_id="q1", answer=AnswerRecord.from_row(ANSWER),
                 meta={"paradigm": "causal", "context_tier": "long"})
 ROUTES = {"qwen": "route-qwen", "gemini": "route-gemini"}
 
+pytestmark = pytest.mark.mlflow
+
 
 def reference_trace(done: TaskDone, target: TraceTarget) -> str:
     """The task traced through MLflow's own tracer (the global URI must point at the store)."""

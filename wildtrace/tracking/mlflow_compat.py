@@ -6,7 +6,7 @@ trace client MLflow's own exporter calls: each trace's info, then a batch's span
 ``log_spans``. The documented path (``MlflowClient.start_trace``/``start_span``/``end_span``
 with the global tracer) picks random ids and writes each span in its own transaction as it
 ends: 120 ms of CPU a trace measured on a local store (about a minute for a full-size run's
-481 traces), against about 11 ms this way (``benchmarks/traces.py``).
+481 traces), against about 20 ms this way (``benchmarks/traces.py``).
 
 What this module uses, and what to check on an MLflow upgrade (``.ci/run`` runs the MLflow
 tests on the lowest supported release and on the newest):

@@ -6,6 +6,10 @@ store's schema when it first opens it, and two processes doing that at once corr
 (``duplicate column name``, alembic errors, ``_alembic_tmp_*`` tables that broke every later
 run). A tracking server migrates its own database once, so it is the setting for many
 concurrent jobs (docs/mlflow/mlflow-store.md).
+
+A store whose creation was cut off (the first run killed while MLflow made its schema) is
+made again by the next command when it holds nothing yet, or completed by MLflow's own
+``mlflow db upgrade`` when it holds runs, under the same lock.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ import json
 import logging
 import os
 import sqlite3
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -122,10 +128,70 @@ def _check_database(db: Path) -> None:
     except sqlite3.Error as exc:
         raise StoreUnusable(f"the MLflow store {db} cannot be opened as SQLite: {exc}") from None
     leftovers = sorted(t for t in tables if t.startswith("_alembic_tmp_"))
-    if leftovers:
+    if leftovers and _holds_something(db):
         raise StoreUnusable(f"the MLflow store {db} was left half-migrated (tables {', '.join(leftovers)}: an "
                             "interrupted schema migration, e.g. two first runs at once before wildtrace locked it); "
                             "move it aside: the next run makes a new one, and upload logs any run folder into it")
+
+
+#: What a store holds that makes it more than a schema: a run, a trace, an experiment besides MLflow's
+#: default one (id 0).
+HOLDINGS = {"runs": "SELECT 1 FROM runs LIMIT 1", "trace_info": "SELECT 1 FROM trace_info LIMIT 1",
+            "experiments": "SELECT 1 FROM experiments WHERE experiment_id != 0 LIMIT 1"}
+
+
+def _tables(conn: sqlite3.Connection) -> list[str]:
+    rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
+    return [r[0] for r in rows]
+
+
+def _holds_something(db: Path) -> bool:
+    """Whether a store holds a run, a trace or an experiment of its own (not only a schema)."""
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=rw", uri=True, timeout=20)) as conn:
+        tables = set(_tables(conn))
+        return any(conn.execute(query).fetchone() for table, query in HOLDINGS.items() if table in tables)
+
+
+def _unfinished(db: Path) -> bool:
+    """Whether a store's schema was left part-made: tables, but a migration's leftovers or no schema version."""
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=rw", uri=True, timeout=20)) as conn:
+        tables = _tables(conn)
+        if not tables:
+            return False
+        if any(t.startswith("_alembic_tmp_") for t in tables) or "alembic_version" not in tables:
+            return True
+        return conn.execute("SELECT 1 FROM alembic_version LIMIT 1").fetchone() is None
+
+
+def _make_again(db: Path) -> None:
+    """Drop every table of a store that holds nothing yet: MLflow makes its schema anew on the next open.
+
+    The file stays (a process holding it open keeps a valid handle); only its tables go.
+    """
+    log.warning("MLflow: the store %s was left part-made (its creation was cut off); making it again", db)
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=rw", uri=True, timeout=20)) as conn:
+        conn.execute("PRAGMA foreign_keys = OFF")
+        for table in _tables(conn):
+            conn.execute(f'DROP TABLE "{table}"')  # the names come from the store's own schema
+        conn.commit()
+
+
+def _complete(db: Path, tracking_uri: str, reason: Exception) -> None:
+    """Finish a store's interrupted migration with MLflow's own ``mlflow db upgrade``; StoreUnusable if it cannot."""
+    log.warning("MLflow: the store %s was left part-migrated; completing it with `mlflow db upgrade`", db)
+    done = subprocess.run([sys.executable, "-m", "mlflow", "db", "upgrade", tracking_uri], capture_output=True,
+                          text=True, timeout=STORE_LOCK_WAIT_S)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or [str(reason)])[-1]
+        raise StoreUnusable(f"the MLflow store {db} was left half-migrated and `mlflow db upgrade` could not complete "
+                            f"it ({last}); move it aside: the next run makes a new one, and upload logs any run "
+                            "folder into it")
+
+
+def _repair(db: Path) -> None:
+    """Under the store's exclusive lock: a part-made store that holds nothing is made again."""
+    if db.exists() and db.is_file() and _unfinished(db) and not _holds_something(db):
+        _make_again(db)
 
 
 def check_store(tracking_uri: str) -> None:
@@ -140,6 +206,10 @@ def check_store(tracking_uri: str) -> None:
     _check_folder(db)
     with store_lock(db, exclusive=False):  # a migration in progress elsewhere has tables of its own
         _check_database(db)
+        if not (db.exists() and _unfinished(db)):
+            return
+    with store_lock(db, exclusive=True):  # cut off while it was made: made again (what it holds is checked again)
+        _repair(db)
 
 
 def open_store(tracking_uri: str) -> None:
@@ -149,6 +219,7 @@ def open_store(tracking_uri: str) -> None:
     later client of this process (also MLflow's trace client) then finds it ready, whatever
     other processes do. Servers and other databases are left to MLflow.
     """
+    from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
     db = sqlite_path(tracking_uri)
@@ -160,7 +231,17 @@ def open_store(tracking_uri: str) -> None:
         _check_folder(db)
         with store_lock(db, exclusive=True):
             _check_database(db)
-            MlflowClient(tracking_uri=tracking_uri)  # opens the store: creates, migrates, verifies its schema
+            _repair(db)
+            try:
+                MlflowClient(tracking_uri=tracking_uri)  # opens the store: creates, migrates, verifies its schema
+            except Exception as exc:  # a part-made store fails in MLflow's or SQLAlchemy's words
+                if not _holds_something(db):
+                    _make_again(db)  # cut off between two migrations: MLflow cannot resume from there
+                elif isinstance(exc, MlflowException) and "out-of-date database schema" in str(exc):
+                    _complete(db, tracking_uri, exc)
+                else:
+                    raise
+                MlflowClient(tracking_uri=tracking_uri)
         _READY.add(tracking_uri)
 
 
