@@ -118,3 +118,26 @@ def test_the_journal_counts_other_runs_and_skips_a_torn_line(tmp_path):
     third = Journal(path)
     assert third.others() == {"model": Fraction(4, 1000), "judge": Fraction(2, 1000)}
     assert path.read_bytes().count(b"\n") == 5  # the torn line ended by the next writer, then skipped
+
+
+SAME_COMMAND = ["budget.max_usd=5", "model.max_usd=2", "stage=answer", "retry.max_retries=1", "model.timeout_s=5",
+                "model.max_concurrency=2", "progress=false", "batch.poll_s=5", "model.price.input_per_mtok=9",
+                "mlflow.enabled=true"]
+OTHER_COMMAND = ["decoding.temperature=0.5", "decoding.max_tokens=100", "decoding.replicate=1", "dataset.limit=3",
+                 "model.route=other", "model.base_url=http://127.0.0.1:1/v1", "judge_panel.max_tokens=99",
+                 "+model.extra_body.seed=1"]
+
+
+def test_the_same_command_is_the_settings_that_make_its_requests_and_the_cache_folder(tmp_path):
+    """Caps, stage, pacing, timeouts, prices and logging leave the command the same (its cap counts every run
+    of it); what changes a request, or another cache folder, makes another command."""
+    from wildtrace.runtime.run import command_identity
+
+    base = ["model=custom", "model.route=test-model", "model.base_url=http://127.0.0.1:9/v1",
+            "model.price.input_per_mtok=1", "model.price.output_per_mtok=1"]
+    identity = command_identity(settings(tmp_path, base))
+    for override in SAME_COMMAND:
+        assert command_identity(settings(tmp_path, [*base, override])) == identity, override
+    for override in OTHER_COMMAND:
+        assert command_identity(settings(tmp_path, [*base, override])) != identity, override
+    assert command_identity(settings(tmp_path, [*base, f"cache.dir={tmp_path / 'other'}"])) != identity
