@@ -134,3 +134,59 @@ def test_malformed_tasks_file(release):
         load_dataset(root / "nope.json", corpus)
     with pytest.raises(DatasetError, match="corpus folder not found"):
         load_dataset(write([task()]), root / "no-corpus")
+
+
+#: Measures the peak memory load_dataset adds, in a process of its own (argv: tasks file, corpus, limit).
+MEASURE = """
+import resource, sys
+from wildtrace.runtime.dataset import load_dataset
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+dataset = load_dataset(sys.argv[1], sys.argv[2], limit=int(sys.argv[3]))
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(len(dataset.tasks), (after - before) // 1024)
+"""
+
+
+def test_a_limit_reads_a_large_tasks_file_in_bounded_memory(release):
+    """40 MB of JSON Lines with dataset.limit=5: the first five tasks are read, not the file (peak RSS, KiB→MiB)."""
+    import subprocess
+    import sys
+
+    root, corpus, _write = release
+    path = root / "large.jsonl"
+    filler = "x" * 2000
+    with path.open("w", encoding="utf-8") as f:
+        for i in range(20_000):
+            f.write(json.dumps(task(f"q{i}", "doc.txt", question_text=f"{filler} {i}")) + "\n")
+    assert path.stat().st_size > 40 * 2**20
+    proc = subprocess.run([sys.executable, "-c", MEASURE, str(path), str(corpus), "5"], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    n_tasks, grown_mb = map(int, proc.stdout.split())
+    assert n_tasks == 5
+    assert grown_mb < 10, f"load_dataset grew the process by {grown_mb} MiB for 5 tasks of a 40 MB file"
+
+
+def test_a_json_tasks_file_past_the_bound_is_refused_naming_both_sizes(release, monkeypatch):
+    from wildtrace.runtime import dataset
+
+    _root, corpus, write = release
+    monkeypatch.setattr(dataset, "MAX_JSON_BYTES", 1000)
+    path = write([task(f"q{i}", "doc.txt") for i in range(10)])
+    size = path.stat().st_size
+    with pytest.raises(DatasetError, match=rf"tasks.json: the tasks file \(dataset.tasks\) is {size:,} bytes of JSON, "
+                                           r"over the 1,000 bytes .* write it as JSON Lines"):
+        load_dataset(path, corpus)
+    lines = write(None, "tasks.jsonl", raw="\n".join(json.dumps(task(f"q{i}", "doc.txt")) for i in range(10)))
+    assert len(load_dataset(lines, corpus).tasks) == 10  # JSON Lines: any size
+
+
+@pytest.mark.parametrize("raw", [
+    "\ufeff" + json.dumps(task()) + "\n\n" + json.dumps(task("q2")) + "\n",  # a BOM, a blank line
+    "\n" + json.dumps(task()) + "\n" + json.dumps(task("q2")),  # a blank first line, no final newline
+    json.dumps({"tasks": [task(), task("q2")]}),
+    json.dumps([task(), task("q2")], indent=2),
+])
+def test_json_lines_and_json_are_told_apart(release, raw):
+    _root, corpus, write = release
+    assert [t.question_id for t in load_dataset(write(None, "tasks.data", raw=raw), corpus).tasks] == ["q1", "q2"]

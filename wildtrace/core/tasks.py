@@ -134,37 +134,38 @@ def records_of(data: Any, source: str) -> Sequence[Any]:
 
 def parse_tasks(records: Iterable[Any], source: str) -> list[Task]:
     """Validate every record, refusing duplicate question_ids."""
-    tasks: list[Task] = []
+    return [task for _, task in select_records(enumerate(records), source)]
+
+
+def select_records(records: Iterable[tuple[int, Any]], source: str, ids: Sequence[str] | None = None,
+                   limit: int | None = None) -> list[tuple[int, Task]]:
+    """(record index, task) of ``dataset.ids`` (in file order) then the first ``dataset.limit``, validated.
+
+    Records are taken one at a time and only the chosen ones are kept, so a reader that
+    streams them holds one record at a time; with a limit and no ids, reading stops after
+    the limit's last task (the records after it are not read, nor checked).
+    """
+    if limit is not None and limit < 1:
+        raise DatasetError(f"dataset.limit must be at least 1, got {limit}")
+    wanted = set(ids) if ids else None
+    chosen: list[tuple[int, Task]] = []
     seen: dict[str, int] = {}
-    for index, record in enumerate(records):
+    for index, record in records:
         task = parse_task(record, source, index)
         if task.question_id in seen:
-            raise DatasetError(
-                f"{source}: record #{index}: duplicate question_id {task.question_id!r} "
-                f"(first at record #{seen[task.question_id]})"
-            )
+            raise DatasetError(f"{source}: record #{index}: duplicate question_id {task.question_id!r} "
+                               f"(first at record #{seen[task.question_id]})")
         seen[task.question_id] = index
-        tasks.append(task)
-    if not tasks:
+        if wanted is None or task.question_id in wanted:
+            chosen.append((index, task))
+            if wanted is None and limit is not None and len(chosen) >= limit:
+                break
+    if not seen:
         raise DatasetError(f"{source}: no tasks")
-    return tasks
-
-
-def select(tasks: Sequence[Task], ids: Sequence[str] | None, limit: int | None, source: str) -> list[Task]:
-    """Apply ``dataset.ids`` (in file order) then ``dataset.limit`` (first N)."""
-    chosen = list(tasks)
-    if ids:
-        known = {t.question_id for t in tasks}
-        unknown = [i for i in ids if i not in known]
-        if unknown:
-            raise DatasetError(f"{source}: dataset.ids names unknown question_id(s): {', '.join(map(str, unknown))}")
-        wanted = set(ids)
-        chosen = [t for t in chosen if t.question_id in wanted]
-    if limit is not None:
-        if limit < 1:
-            raise DatasetError(f"dataset.limit must be at least 1, got {limit}")
-        chosen = chosen[:limit]
-    return chosen
+    unknown = [i for i in ids or () if i not in seen]
+    if unknown:
+        raise DatasetError(f"{source}: dataset.ids names unknown question_id(s): {', '.join(map(str, unknown))}")
+    return chosen[:limit]
 
 
 # ---------------------------------------------------------------------- oddities: warned, not refused

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, BinaryIO
 
 from wildtrace.core.caps import count_ideographs
-from wildtrace.core.tasks import DatasetError, Task, parse_tasks, records_of, select, where
+from wildtrace.core.tasks import DatasetError, Task, records_of, select_records, where
 from wildtrace.files import file_kind, resolve_corpus_file
 
 #: Threads measuring the corpus at once.
@@ -82,29 +83,91 @@ def _refused(path: str | Path, field: str, problem: str) -> Path:
     raise DatasetError(f"{field}: {shown} {problem}")
 
 
-def read_records(path: Path) -> list:
-    """Decode a tasks file (``dataset.tasks``): JSON (list, or object with tasks/data) or JSON Lines."""
+#: A tasks file in JSON (a list, or an object holding one) is parsed whole, which takes about six times
+#: its size in memory: past this it is refused. JSON Lines is read a line at a time, at any size.
+MAX_JSON_BYTES = 64 * 2**20
+
+
+def iter_records(path: Path) -> Iterator[tuple[int, Any]]:
+    """(index, record) of a tasks file (``dataset.tasks``): JSON Lines a line at a time, or JSON (a list, or an
+    object with tasks/data) parsed whole up to MAX_JSON_BYTES."""
+    input_file(path, "dataset.tasks", "tasks file")
     try:
-        raw = input_file(path, "dataset.tasks", "tasks file").read_bytes()
+        with path.open("rb") as f:
+            if not _is_json_lines(f):
+                yield from enumerate(_whole(f, path))
+                return
+            index = 0
+            for n, line in enumerate(f, start=1):
+                if line.strip():
+                    yield index, _record_at(line.removeprefix(BOM) if index == 0 else line, n, path)
+                    index += 1
     except OSError as exc:
         raise DatasetError(f"{path}: cannot read the tasks file (dataset.tasks): {exc.strerror or exc}") from None
+
+
+#: UTF-8's byte-order mark, which some editors write first.
+BOM = b"\xef\xbb\xbf"
+
+
+def _is_json_lines(f: BinaryIO) -> bool:
+    """Whether the file is JSON Lines: its first line a whole task object, and another line after it.
+    Reads at most MAX_JSON_BYTES of the first line; ``f`` is back at its start."""
+    line = f.readline(MAX_JSON_BYTES + 1)
+    while line and not line.strip():
+        line = f.readline(MAX_JSON_BYTES + 1)
     try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise DatasetError(f"{path}: not UTF-8 (dataset.tasks): {exc}") from None
+        record = json.loads(line.removeprefix(BOM))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        record = None
+    more = False
+    if isinstance(record, dict) and not isinstance(record.get("tasks", record.get("data")), list):
+        more = any(rest.strip() for rest in iter(lambda: f.readline(4096), b""))
+    f.seek(0)
+    return more
+
+
+def _whole(f: BinaryIO, path: Path) -> Sequence[Any]:
+    """The records of a JSON tasks file read whole (refused past MAX_JSON_BYTES, naming both sizes)."""
+    size = path.stat().st_size
+    if size > MAX_JSON_BYTES:
+        raise DatasetError(f"{path}: the tasks file (dataset.tasks) is {size:,} bytes of JSON, over the "
+                           f"{MAX_JSON_BYTES:,} bytes ({MAX_JSON_BYTES // 2**20} MiB) a JSON file is read whole up "
+                           "to; write it as JSON Lines (one task a line), read a line at a time at any size")
+    text = _text(f.read(), path).removeprefix("\ufeff")
     try:
-        return list(records_of(json.loads(text), str(path)))
+        return records_of(json.loads(text), str(path))
     except json.JSONDecodeError as whole:
         lines = [(n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip()]
         if len(lines) < 2:
             raise DatasetError(f"{path}: malformed JSON: {whole}") from None
-        records = []
-        for n, line in lines:
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise DatasetError(f"{path}: line {n}: malformed JSON Lines record: {exc}") from None
-        return records
+        for n, line in lines:  # JSON Lines whose first line is not a record: name the first bad line
+            _record_at(line.encode(), n, path)
+        raise DatasetError(f"{path}: malformed JSON: {whole}") from None
+
+
+def _text(raw: bytes, path: Path) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DatasetError(f"{path}: not UTF-8 (dataset.tasks): {exc}") from None
+
+
+def _record_at(line: bytes, n: int, path: Path) -> Any:
+    """The record on line ``n`` of a JSON Lines file."""
+    try:
+        return json.loads(_text(line, path))
+    except json.JSONDecodeError as exc:
+        raise DatasetError(f"{path}: line {n}: malformed JSON Lines record: {exc}") from None
+
+
+def file_sha256(path: Path) -> str:
+    """The sha256 of a file's bytes, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(2**20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def read_document(path: Path) -> str:
@@ -139,16 +202,14 @@ def load_dataset(tasks_file: str | Path, corpus_dir: str | Path, ids: Sequence[s
                            "release first: python -m wildtrace.download (or point WILDTRACE_DATA_DIR at an existing "
                            "copy)")
     input_folder(corpus, "dataset.corpus", "corpus folder")
-    records = read_records(tasks_path)
-    tasks = select(parse_tasks(records, str(tasks_path)), ids, limit, str(tasks_path))
-    index_of = {str(r.get("question_id")): i for i, r in enumerate(records) if isinstance(r, dict)}
+    chosen = select_records(iter_records(tasks_path), str(tasks_path), ids, limit)
+    tasks = [task for _, task in chosen]
     wanted: dict[str, tuple[Path, str]] = {}  # corpus_file → (path, where its first task is), in task order
     users: dict[str, list[Task]] = {}  # corpus_file → the tasks that use it, in task order
-    for task in tasks:
+    for i, task in chosen:
         users.setdefault(task.corpus_file, []).append(task)
         if task.corpus_file not in wanted:
-            i = index_of.get(task.question_id, 0)
-            at = where(str(tasks_path), i, records[i])
+            at = where(str(tasks_path), i, {"question_id": task.question_id})
             wanted[task.corpus_file] = (resolve_corpus_file(corpus, task.corpus_file, at), at)
     # Reading and hashing release the interpreter lock: two threads measure the 230 MB
     # benchmark corpus in 0.29 s instead of 0.39 (four are no faster on 2 cores). map()
@@ -157,4 +218,4 @@ def load_dataset(tasks_file: str | Path, corpus_dir: str | Path, ids: Sequence[s
         measured = pool.map(lambda name: measure(*wanted[name], users[name], step), wanted)
         documents = dict(zip(wanted, measured, strict=True))
     return Dataset(tasks=tasks, documents=documents, tasks_path=tasks_path,
-                   tasks_sha256=hashlib.sha256(tasks_path.read_bytes()).hexdigest(), corpus_dir=corpus)
+                   tasks_sha256=file_sha256(tasks_path), corpus_dir=corpus)
