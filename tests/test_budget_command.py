@@ -141,3 +141,22 @@ def test_the_same_command_is_the_settings_that_make_its_requests_and_the_cache_f
     for override in OTHER_COMMAND:
         assert command_identity(settings(tmp_path, [*base, override])) != identity, override
     assert command_identity(settings(tmp_path, [*base, f"cache.dir={tmp_path / 'other'}"])) != identity
+
+
+def test_attempts_that_never_left_are_not_counted_against_the_cap(tmp_path, release):  # noqa: F811
+    """An endpoint nobody answers (connection refused): no attempt left, so nothing counts against the cap and
+    every call fails as the transport error it is, never as budget_exhausted."""
+    import socket
+
+    tasks, corpus = release
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    cap = round(worst_case(tasks, corpus) * 1.5, 6)
+    result = run(settings(tmp_path / "a", overrides(url, tasks, corpus, tmp_path / "cache", "stage=answer",
+                                                    "dataset.limit=3", "retry.max_retries=1",
+                                                    "retry.backoff_base_s=0", "retry.backoff_max_s=0",
+                                                    f"budget.max_usd={cap}")))
+    cost = result.stats["cost"]
+    assert cost["not_sent_budget"] == 0 and cost["at_most_usd"] == 0.0 and cost["command_usd"] == 0.0
+    assert result.stats["failures"] == {"model:retries_exhausted": 3}  # each attempt a refused connection

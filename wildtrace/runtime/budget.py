@@ -91,6 +91,7 @@ class Ticket:
     refused: bool = False
     entry: str | None = None  # the journal id of the attempt's reservation
     lost: int = 0  # attempts of this call whose bill is unknown (kept at their worst case)
+    billed: bool | None = None  # whether the last attempt may have been billed (None: not told, e.g. a batch item)
 
     async def reserve(self) -> bool:
         """Hold the next attempt's worst case, on disk before it is sent; False (nothing held) when it can
@@ -105,11 +106,16 @@ class Ticket:
             await self.ledger.written()
         return verdict
 
-    def attempted(self, billed: bool) -> None:
-        """An attempt ended without the call's outcome (it is retried): an attempt that may have been
-        billed keeps its reservation as spent, and the next attempt reserves its own; one that was not
-        (never sent, an error status) leaves its reservation for the next attempt."""
-        if billed and self.reserved:
+    def sent(self, billed: bool) -> None:
+        """What the attempt just made may have cost: ``billed`` when it may have been billed (it left and was
+        not refused), False when it cannot have been (it never left, a 3xx or 4xx)."""
+        self.billed = billed
+
+    def attempted(self) -> None:
+        """An attempt ended without the call's outcome (it is retried): one that may have been billed
+        keeps its reservation as spent, and the next attempt reserves its own; one that cannot have been
+        leaves its reservation for the next attempt."""
+        if self.billed is not False and self.reserved:
             self.ledger.lose(self)
 
     def reserve_now(self) -> bool | None:
@@ -321,6 +327,8 @@ class Ledger:
             self._release(ticket)
             return replace(result, cost_usd=None if earlier_lost else 0.0)
         exact = self._cost(account, result, (ticket is not None and ticket.batched) or result.batched)
+        if exact is None and ticket is not None and ticket.billed is False:
+            exact = Fraction(0)  # its last attempt never left (no connection), or was refused: not billed
         if result.cached:
             self._release(ticket)
             if exact is None:

@@ -451,6 +451,8 @@ class Endpoint:
             if ticket is not None and not await ticket.reserve():
                 return replace(ticket.refusal(attempt_no - 1), started_at=started_at)
             attempt = await self._send(wire, content, cost)
+            if ticket is not None:
+                ticket.sent(not attempt.stale and not attempt.unsent and may_be_billed(attempt.status))
             result = self._received(attempt, attempt_no, time.perf_counter() - started) if attempt.success else None
             if result is not None and result.reason != FailReason.BAD_RESPONSE:
                 return replace(result, started_at=started_at)
@@ -458,7 +460,7 @@ class Endpoint:
             step = next_step(seen, self.retry)
             if isinstance(step, Retry):
                 if ticket is not None:
-                    ticket.attempted(not attempt.stale and not attempt.unsent and may_be_billed(attempt.status))
+                    ticket.attempted()
                 self.retries += 1
                 self.on_retry(self.label)
                 await asyncio.sleep(self.retry.delay(attempt_no, step.retry_after, self._rng))

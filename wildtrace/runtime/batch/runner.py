@@ -206,7 +206,7 @@ class Runner:
                     self.last_error[key] = (404, None, status.problem or "batch not found")
                     ticket = self.wants[key].ticket
                     if ticket is not None:  # the batch may have run and billed: its reservation stays spent
-                        ticket.attempted(billed=True)
+                        ticket.attempted()
             return
         wanted = {key for key in record.custom_ids if key in self.wants}
         seen: set[str] = set()
