@@ -54,6 +54,8 @@ _GO_UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0
 _MAX_RESET_S = 86_400.0
 #: Attempts remembered for taking a late figure's count forward (far more than are ever in flight).
 SENT_KEPT = 4096
+#: However much other jobs take, a job's sends are spread at no less than this share of a window's rate.
+MIN_SHARE = 1 / 16
 
 
 def estimate_tokens(prompt_chars: int, cjk: bool) -> int:
@@ -170,19 +172,45 @@ class _Budget:
     reset_at: float | None = None  #: when it is whole again; None when as full as it gets
     window_s: float | None = None  #: the longest reset it reported: the window's length, as learned
     grant: int = -1  #: the attempt whose answer gave ``remaining``
-    next_at: float = -math.inf  #: sends are spread at the window's rate: the next not before this
+    figure: float | None = None  #: that answer's own figure, and when it came
+    figure_at: float = -math.inf
+    others: float = 0.0  #: what the figures fell by beyond this job's sends (other jobs on the key) …
+    others_s: float = 0.0  #: … over this many seconds (both halved as they pass two windows)
+    next_at: float = -math.inf  #: sends are spread at this job's share of the rate: the next not before this
 
     def roll(self, now: float) -> None:
         """A window past its reset is whole again (or unknown, if its size never was stated)."""
         if self.reset_at is not None and now >= self.reset_at:
-            self.remaining, self.reset_at = self.limit, None
+            self.remaining, self.reset_at, self.figure_at = self.limit, None, self.reset_at
+
+    def others_rate(self) -> float:
+        """What other jobs on the key take a second, as the figures show."""
+        return max(0.0, self.others) / self.others_s if self.others_s else 0.0
+
+    def room(self, now: float) -> float | None:
+        """What is left for this job now: ``remaining`` less what other jobs took since the last figure."""
+        if self.remaining is None:
+            return None
+        return self.remaining - self.others_rate() * max(0.0, now - self.figure_at)
 
     def spread(self, need: int, now: float) -> None:
         """Take ``need`` from what is left, and hold the next send for its share of the window."""
         if self.remaining is not None:
             self.remaining -= need
         if self.limit and self.window_s:
-            self.next_at = max(self.next_at, now) + need * self.window_s / self.limit
+            rate = self.limit / self.window_s
+            share = max(rate - self.others_rate(), rate * MIN_SHARE)
+            self.next_at = max(self.next_at, now) + need / share
+
+    def learn(self, figure: float, own: float, now: float) -> None:
+        """A newer figure in the same window: what fell beyond this job's own sends was other jobs'."""
+        if self.figure is not None and self.reset_at is not None and now < self.reset_at:
+            # Signed: answers reordered on the way in count once too many here and once too few later.
+            self.others += self.figure - own - figure
+            self.others_s += now - self.figure_at
+            if self.window_s and self.others_s > 2 * self.window_s:
+                self.others, self.others_s = self.others / 2, self.others_s / 2
+        self.figure, self.figure_at = figure, now
 
 
 @dataclass
@@ -258,7 +286,8 @@ class AdaptiveLimit:
             if need <= 0:
                 continue
             waits.append(budget.next_at - now)
-            if budget.remaining is None or need <= budget.remaining:
+            room = budget.room(now)
+            if room is None or need <= room:
                 continue
             if budget.reset_at is not None:
                 waits.append(budget.reset_at - now)
@@ -336,6 +365,8 @@ class AdaptiveLimit:
                 budget.window_s = max(budget.window_s or 0.0, window.reset_in)
             if grant.seq < budget.grant or window.remaining is None:
                 continue  # answers come back out of order: a later attempt's figure is newer
+            budget.learn(window.remaining, sum(g.cost.against(name) for g in self._sent
+                                               if budget.grant < g.seq <= grant.seq), now)
             budget.grant = grant.seq
             budget.remaining = window.remaining - sum(g.cost.against(name) for g in self._sent if g.seq > grant.seq)
             budget.reset_at = now + window.reset_in if window.reset_in else None
