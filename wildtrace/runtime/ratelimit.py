@@ -181,7 +181,8 @@ class _Budget:
     def roll(self, now: float) -> None:
         """A window past its reset is whole again (or unknown, if its size never was stated)."""
         if self.reset_at is not None and now >= self.reset_at:
-            self.remaining, self.reset_at, self.figure_at = self.limit, None, self.reset_at
+            self.figure_at = self.reset_at  # other jobs take from the new window from its start
+            self.remaining, self.reset_at = self.limit, None
 
     def others_rate(self) -> float:
         """What other jobs on the key take a second, as the figures show."""
