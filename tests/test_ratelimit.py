@@ -243,19 +243,20 @@ def test_a_late_figure_is_taken_forward_by_what_was_sent_since():
 
 
 def test_another_job_on_the_key_is_seen_in_the_figures_and_given_its_share():
-    """Limit 10000 tokens a 10 s window (1000 a second). Between two of this job's figures 500
-    tokens went beyond its own sends in 1 s: another job takes 500 a second, so this one spreads
-    its sends at the other 500 and leaves room for what the other takes meanwhile."""
+    """Limit 10000 tokens a 10 s window (1000 a second). Between two of this job's figures 5000
+    tokens went beyond its own sends: another job's, taken as 500 a second (counted over at least a
+    window), so this job spreads its sends at the other 500 and leaves room for what the other
+    takes meanwhile."""
     limit, clock = limiter(8)
     limit.release(take(limit, 500), 200, openai_headers(9500, "10s", limit_tokens=10_000))
     clock.advance(1.0)
-    limit.release(take(limit, 500), 200, openai_headers(8500, "10s", limit_tokens=10_000))
+    limit.release(take(limit, 500), 200, openai_headers(4000, "10s", limit_tokens=10_000))
     clock.advance(0.5)
     take(limit, 500)
     assert limit.delay_for(Cost(500)) == pytest.approx(1.0)  # 500 tokens at 500 a second
     clock.advance(1.0)
-    assert limit.delay_for(Cost(7250)) == 0.0  # 8000 left, less the other's 750 since the figure
-    assert limit.delay_for(Cost(7251)) == pytest.approx(8.5)  # else: the reset
+    assert limit.delay_for(Cost(2750)) == 0.0  # 3500 left, less the other's 750 since the figure
+    assert limit.delay_for(Cost(2751)) == pytest.approx(8.5)  # else: the reset
 
 
 def test_a_streams_headers_pace_before_its_body_ends():

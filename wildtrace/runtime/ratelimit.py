@@ -178,15 +178,16 @@ class _Budget:
     others_s: float = 0.0  #: … over this many seconds (both halved as they pass two windows)
     next_at: float = -math.inf  #: sends are spread at this job's share of the rate: the next not before this
 
-    def roll(self, now: float) -> None:
-        """A window past its reset is whole again (or unknown, if its size never was stated)."""
+    def roll(self, now: float, last_sent: int) -> None:
+        """A window past its reset is whole again (or unknown, if its size never was stated): as if
+        the provider had said so just then, after the attempt ``last_sent``."""
         if self.reset_at is not None and now >= self.reset_at:
-            self.figure_at = self.reset_at  # other jobs take from the new window from its start
+            self.figure, self.figure_at, self.grant = self.limit, self.reset_at, last_sent
             self.remaining, self.reset_at = self.limit, None
 
     def others_rate(self) -> float:
         """What other jobs on the key take a second, as the figures show."""
-        return max(0.0, self.others) / self.others_s if self.others_s else 0.0
+        return max(0.0, self.others) / max(self.others_s, self.window_s or 0.0) if self.others_s else 0.0
 
     def room(self, now: float) -> float | None:
         """What is left for this job now: ``remaining`` less what other jobs took since the last figure."""
@@ -205,7 +206,7 @@ class _Budget:
 
     def learn(self, figure: float, own: float, now: float) -> None:
         """A newer figure in the same window: what fell beyond this job's own sends was other jobs'."""
-        if self.figure is not None and self.reset_at is not None and now < self.reset_at:
+        if self.figure is not None and (self.reset_at is None or now < self.reset_at):
             # Signed: answers reordered on the way in count once too many here and once too few later.
             self.others += self.figure - own - figure
             self.others_s += now - self.figure_at
@@ -276,7 +277,7 @@ class AdaptiveLimit:
         an attempt in flight to end (a concurrency slot, or a window it is larger than)."""
         now = self._clock()
         for budget in self._budgets.values():
-            budget.roll(now)
+            budget.roll(now, self._seq - 1)
         if now < self._paused_until:
             return self._paused_until - now
         if self._in_flight >= self._limit:
