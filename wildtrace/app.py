@@ -176,7 +176,7 @@ def check_command_line(prog: str, schema_cls: type = WildtraceConfig, conf_dir: 
 def discard_rejected(run_dir: Path, made: list[Path] | None = None) -> None:
     """Remove a run folder this process made that holds only what was written before the job refused its input.
 
-    A refused command ran nothing: a folder of ``.hydra/`` and the job log under ``runs/`` would
+    A refused command ran nothing: a folder of ``.hydra/``, ``command.json`` and the job log under ``runs/`` would
     look like a run to ``wildtrace.report`` (and to a reader). The error is on stderr. Only the
     folders in ``made`` (default: those RunDirCheck made) go: a folder that was there before the
     command (``hydra.run.dir=.``, the folder the user stands in) and a folder with anything
@@ -192,7 +192,7 @@ def discard_rejected(run_dir: Path, made: list[Path] | None = None) -> None:
         entries = list(run_dir.iterdir())
     except OSError:
         return
-    if not all(e.name == ".hydra" or (e.is_file() and e.suffix == ".log") for e in entries):
+    if not all(e.name in (".hydra", "command.json") or (e.is_file() and e.suffix == ".log") for e in entries):
         return
     shutil.rmtree(run_dir, ignore_errors=True)
     for parent in made[made.index(run_dir) + 1:]:  # the day's folder, when this run made it and was its only one
@@ -228,6 +228,20 @@ def observer_for(settings: WildtraceConfig, parent_run_id: str | None = None) ->
         log.warning("%s; the run goes on unlogged (mlflow.required=false)", text[:1].upper() + text[1:])
         return UnloggedObserver(text, parent_run_id)
     return ProcessObserver(m.tracking_uri, m.experiment, m.artifact_location, m.log_documents, parent_run_id)
+
+
+def name_command(settings: WildtraceConfig, overrides: list[str]) -> None:
+    """Write ``command.json`` in the run folder before the first request: a folder whose process group is
+    killed whole (Slurm, the OOM killer) still says what reruns it, from where (``wildtrace.upload`` prints it)."""
+    from wildtrace.runtime.cache import StorageError
+    from wildtrace.runtime.run import config_dict, resume_command
+    from wildtrace.tracking.rundir import COMMAND_FILE, write_command
+
+    run_dir = Path(str(settings.out_dir))
+    try:
+        write_command(run_dir, resume_command(overrides), overrides, config_dict(settings))
+    except OSError as exc:
+        raise StorageError(exc.errno or 5, f"cannot write {run_dir / COMMAND_FILE}: {exc.strerror or exc}") from None
 
 
 def show_headline(result: RunResult) -> None:
@@ -275,6 +289,7 @@ def _job(dict_cfg: DictConfig) -> float | None:
         settings.out_dir = hydra_cfg.runtime.output_dir
         if hydra_cfg.mode == RunMode.MULTIRUN:
             settings.prompt_repeats = sweep_repeats(Path(hydra_cfg.sweep.dir))
+        name_command(settings, list(hydra_cfg.overrides.task))
         result = run(settings, overrides=list(hydra_cfg.overrides.task), parent_run_id=parent,
                      observer=observer_for(settings, parent))
     except (ConfigError, DatasetError, MissingKeyError, StorageError) as exc:

@@ -393,7 +393,7 @@ def copy_out(src: Path, out: Path) -> Path:
 
 def run_step(config: Path, data: Path, corpus: Path, stage: str, responses: Path | None = None) -> Any:
     """One step: config.json → overrides → compose → prepare → run, in a run directory of its own."""
-    from wildtrace.app import (CONF_DIR, discard_rejected, missing_folders, observer_for, prepare,
+    from wildtrace.app import (CONF_DIR, discard_rejected, missing_folders, name_command, observer_for, prepare,
                                route_console_to_stderr, show_headline)
     from wildtrace.runtime.run import run
 
@@ -413,6 +413,7 @@ def run_step(config: Path, data: Path, corpus: Path, stage: str, responses: Path
             settings = prepare(dict_cfg)
             settings.out_dir = str(run_dir)
             save_hydra_files(dict_cfg, overrides, run_dir)
+            name_command(settings, overrides)
             result = run(settings, overrides=overrides, observer=observer_for(settings))
         except BAD_INPUT:
             discard_rejected(run_dir, made)  # refused before anything ran: no folder that looks like a run

@@ -17,6 +17,7 @@ directory or was killed before its files, 3 when MLflow could not log one (the r
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 
@@ -46,10 +47,9 @@ def killed_before_files(run_dir: Path) -> bool:
 
 
 def resume_text(run_dir: Path, marker: dict) -> str:
-    """What finishes a run killed before its files: the resume, not upload (with the command when known)."""
-    from omegaconf import OmegaConf
-
-    from wildtrace.runtime.run import resume_command
+    """What finishes a run killed before its files: the resume, not upload (with the command and the folder it
+    ran in when known: ``command.json``, else ``.hydra/overrides.yaml``)."""
+    from wildtrace.tracking.rundir import read_command
 
     held = ", ".join(sorted(p.name for p in run_dir.iterdir())) if run_dir.is_dir() else ""
     lines = [f"{run_dir}: this run ended before it wrote its run files (killed, e.g. by SIGKILL, "
@@ -58,12 +58,23 @@ def resume_text(run_dir: Path, marker: dict) -> str:
         lines.append(f"  Its MLflow run {marker['run_id']} keeps the traces it stored.")
     lines.append("  The resume finishes it: rerun the same command; every outcome it received is in the cache, so "
                  "nothing is paid twice, and it logs a new MLflow run:")
-    try:
-        overrides = [str(o) for o in OmegaConf.load(run_dir / ".hydra" / "overrides.yaml")]
-        lines.append(f"  {resume_command(overrides)}")
-    except (OSError, ValueError, TypeError):
-        pass  # no .hydra/overrides.yaml: the words above must do
+    named = read_command(run_dir)
+    command = named.get("command") or _hydra_command(run_dir)
+    if command:
+        lines.append(f"  cd {shlex.quote(named['cwd'])} && {command}" if named.get("cwd") else f"  {command}")
     return "\n".join(lines)
+
+
+def _hydra_command(run_dir: Path) -> str | None:
+    """The rerun from Hydra's ``.hydra/overrides.yaml`` (folders from before ``command.json``), or None."""
+    from omegaconf import OmegaConf
+
+    from wildtrace.runtime.run import resume_command
+
+    try:
+        return resume_command([str(o) for o in OmegaConf.load(run_dir / ".hydra" / "overrides.yaml")])
+    except (OSError, ValueError, TypeError):
+        return None
 
 
 def upload_one(run_dir: Path, tracking_uri: str | None, experiment: str | None, parent: str | None,

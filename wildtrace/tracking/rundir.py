@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,8 +19,12 @@ import pandas as pd
 
 from wildtrace.core import frames, views
 from wildtrace.core.records import AnswerRecord, AnswerStatus, RunStatus, TaskStatus
+from wildtrace.files import write_json
 from wildtrace.tracking import readable
 
+#: What names the command a run folder belongs to (its rerun, where it ran, its resolved settings):
+#: written before the run's first request, so a folder killed whole can still be finished.
+COMMAND_FILE = "command.json"
 RUN_FILES = ("scores.json", "responses.json", "judgments.json", "run_stats.json", "config.json")
 MAX_PARAM_CHARS = 6000
 MAX_TAG_CHARS = 5000
@@ -55,6 +60,22 @@ class RunDir:
 
 def _load(path: Path, default: Any = None) -> Any:
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else default
+
+
+def write_command(run_dir: Path, command: str, overrides: Sequence[str], config: Mapping[str, Any]) -> None:
+    """``command.json``: the command that reruns this job, the folder it ran in (a relative ``root`` or
+    path is read from there), its overrides and its resolved settings (key names only, never keys)."""
+    write_json(run_dir / COMMAND_FILE, {"command": command, "cwd": os.getcwd(), "overrides": list(overrides),
+                                        "config": dict(config)})
+
+
+def read_command(run_dir: Path) -> dict:
+    """``command.json`` of a run folder ({} when absent or unreadable)."""
+    try:
+        data = json.loads((run_dir / COMMAND_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def read_run_dir(path: str | Path) -> RunDir:
