@@ -308,7 +308,7 @@ def test_trace_spans_carry_each_calls_cost():
 
 
 def test_report_has_a_cost_column_and_cost_per_point(tmp_path, release):
-    from wildtrace.report import sources, tables
+    from wildtrace.report import assemble, sources
     from wildtrace.report.render import leaderboard_view
     from wildtrace.report.stats import Bootstrap
 
@@ -323,7 +323,7 @@ def test_report_has_a_cost_column_and_cost_per_point(tmp_path, release):
     assert cached.stats["cost"]["total_usd"] == 0.0  # nothing paid in this run ...
     assert cents(cached.stats["cost"]["results_usd"]) == cents(model_bill + judge_bill)  # ... for what they cost
     for out_dir in (paid.out_dir, cached.out_dir):
-        board = tables.build(sources.from_run_dirs([str(out_dir)]), Bootstrap(resamples=50)).leaderboard
+        board = assemble.build(sources.from_run_dirs([str(out_dir)]), Bootstrap(resamples=50)).leaderboard
         row = board.iloc[0]
         assert cents(row["cost_usd"]) == cents(model_bill + judge_bill)
         assert row["usd_per_point"] == pytest.approx(row["cost_usd"] / row["overall"])

@@ -18,7 +18,7 @@ from wildtrace.providers.base import Sampling
 from wildtrace.providers.offline import OfflineProvider
 from wildtrace.providers.registry import make_provider
 from wildtrace.report import sources
-from wildtrace.report.tables import build
+from wildtrace.report.assemble import build
 from wildtrace.runtime.dataset import load_dataset, read_document
 from wildtrace.runtime.run import run
 
@@ -173,7 +173,11 @@ def test_the_tour_shows_differences_in_seconds(tmp_path):
     assert results["ablation"].stats["requests"] == {"model": 0, "lenient": 0, "balanced": 0}  # all from the cache
     report = build(sources.from_run_dirs([str(tmp_path / "runs" / "*")]))
     assert len(report.leaderboard) == 3
-    assert sorted(report.comparisons["setting"]) == ["panel", "temperature"]
+    # the baseline leaderboard: one row, the spec's decoding and the full panel, settings as columns
+    assert list(report.baseline["point"]) == ["extractive"]
+    assert report.baseline.iloc[0][["judges", "temperature"]].tolist() == ["balanced,lenient,strict", 0.1]
+    assert set(report.sweeps["key"]) == {"decoding.temperature"}
+    assert list(report.ablations["dropped"]) == ["strict"] and "tau" in report.ablations
     pairs = report.agreement["pairs"]
     assert set(pairs) == {"balanced~lenient", "balanced~strict", "lenient~strict"}
     assert all(p["mad"] > 0 for p in pairs.values())

@@ -7,7 +7,7 @@ scores.json): two models, a replicate, an ablation, a one-setting change and a d
 from __future__ import annotations
 
 import json
-import math
+import re
 import shutil
 from pathlib import Path
 
@@ -18,7 +18,7 @@ from scipy import stats as sps
 
 from wildtrace.report import render, sources
 from wildtrace.report.stats import Bootstrap
-from wildtrace.report.tables import build
+from wildtrace.report.assemble import build
 
 QIDS = [f"q{i}" for i in range(1, 9)]
 PARADIGM = dict(zip(QIDS, ["causal", "causal", "temporal", "temporal", "causal", "temporal", "causal", "temporal"],
@@ -111,7 +111,7 @@ def test_leaderboard_equals_the_runs_own_numbers(runs_root):
     board = report.leaderboard
     assert list(board.columns[:6]) == ["model", "route", "panel", "release", "run_date", "overall"]
     assert len(board) == 4  # alpha (2 replicates), alpha ablation, alpha t=0.7, beta
-    pair = row(board, "alpha · panel=trio · t=0.1")
+    pair = row(board, "alpha · panel=trio (a,b,c)")
     assert pair["n_runs"] == 2
     assert pair["overall"] == pytest.approx(
         (own(runs_root / "a-rep0")["overall"] + own(runs_root / "a-rep1")["overall"]) / 2)
@@ -168,20 +168,30 @@ def test_replicates_known_spread(tmp_path):
     assert report.leaderboard.iloc[0]["overall_sd"] == pytest.approx(10)
 
 
-def test_one_setting_comparisons_are_paired_per_task(runs_root):
-    comp = report_of(runs_root).comparisons
-    assert sorted(comp["setting"]) == ["panel", "temperature"]
-    hot = comp[comp["setting"] == "temperature"].iloc[0]
-    assert (hot["value_a"], hot["value_b"]) == (0.1, 0.7)
+def test_sweep_points_are_paired_t_tests_on_replicate_averaged_tasks(runs_root):
+    """The temperature sweep's hot point against the baseline: the per-task difference of
+    replicate-averaged scores, its interval and p from scipy's paired t (no second resampling)."""
+    sweeps = report_of(runs_root).sweeps
+    assert set(sweeps["key"]) == {"decoding.temperature"}  # the ablation is not a sweep, beta is another model
+    hot = sweeps[sweeps["value"] == 0.7].iloc[0]
+    assert sweeps[sweeps["value"] == 0.1].iloc[0]["reference"]
     per_task = lambda scores: np.array([r["score"] or 0.0 for r in scores["tasks"]])  # noqa: E731
     a = (per_task(own(runs_root / "a-rep0")) + per_task(own(runs_root / "a-rep1"))) / 2  # replicates averaged
     b = per_task(own(runs_root / "a-hot"))
-    assert hot["diff_pp"] == pytest.approx(100 * float(np.mean(b - a)))
-    assert hot["n_tasks"] == 8
-    assert hot["ci_low_pp"] <= hot["diff_pp"] <= hot["ci_high_pp"]
-    panel = comp[comp["setting"] == "panel"].iloc[0]
-    assert {panel["value_a"], panel["value_b"]} == {"trio (a,b,c)", "trio_only_a (a)"}
-    assert "beta" not in " ".join(comp["a"]) + " ".join(comp["b"])  # another model is not "one setting"
+    expected = sps.ttest_rel(b, a)
+    low, high = expected.confidence_interval(0.95)
+    assert hot["diff_pp"] == pytest.approx(round(100 * float(np.mean(b - a)), 1))
+    assert (hot["diff_ci_low_pp"], hot["diff_ci_high_pp"]) == pytest.approx((round(100 * low, 1), round(100 * high, 1)))
+    assert hot["p_value"] == pytest.approx(round(float(expected.pvalue), 4))
+    assert hot["n_tasks"] == 8 and hot["small_n"]
+
+
+def test_the_ablation_is_recognised_with_its_dropped_judges(runs_root):
+    ablations = report_of(runs_root).ablations
+    assert len(ablations) == 1
+    only = ablations.iloc[0]
+    assert (only["model"], only["dropped"], only["variant"]) == ("alpha", "b,c", "a")
+    assert only["overall_pct"] == pytest.approx(round(100 * sum(A1["a"]) / 8, 1))
 
 
 def test_matched_panel_uses_tasks_every_row_scored(runs_root):
@@ -203,33 +213,49 @@ def test_paradigm_and_tier_views(runs_root):
     assert set(paradigms["paradigm"]) == {"causal", "temporal"} and len(paradigms) == 8
 
 
-def test_judge_agreement_pooled_over_runs(runs_root):
+def test_judge_agreement_is_over_distinct_answers(runs_root):
+    """A unit is one answer: alpha's judge replicates (a-rep0, a-rep1) are averaged per judge and
+    the ablation's cached copy of a-rep0's grading counts once (the old unit, a run's task,
+    counted the same answer three times: 38 units, 29 a~b pairs)."""
     agreement = report_of(runs_root).agreement
-    # units: (run, task) with each judge's score; recompute from the scripted numbers
-    runs = {"a-rep0": A1, "a-rep1": A2, "a-only-a": {"a": A1["a"]}, "a-hot": A2, "b": B}
+
+    def mean2(x, y):
+        known = [v for v in (x, y) if v is not None]
+        return sum(known) / len(known) if known else None
+
+    answers = {"alpha t=0.1": {k: [mean2(x, y) for x, y in zip(A1[k], A2[k], strict=True)] for k in "abc"},
+               "alpha t=0.7": A2, "beta": B}
     units = []
-    for name, judges in runs.items():
+    for name, judges in answers.items():
         for i, qid in enumerate(QIDS):
-            if name == "b" and qid in B_STATUS:
+            if name == "beta" and qid in B_STATUS:
                 continue
-            units.append({k: judges[k][i] if k in judges else None for k in "abc"})
+            units.append({k: judges[k][i] for k in "abc"})
     frame = pd.DataFrame(units, dtype=float)
     both = frame[["a", "b"]].dropna()
     pair = agreement["pairs"]["a~b"]
-    assert pair["n"] == len(both) == 29
+    assert len(both) == 22
     assert pair["pearson"] == pytest.approx(sps.pearsonr(both["a"], both["b"]).statistic)
     assert pair["spearman"] == pytest.approx(sps.spearmanr(both["a"], both["b"]).statistic)
     assert pair["mad"] == pytest.approx(float((both["a"] - both["b"]).abs().mean()))
     judge_b = agreement["judges"]["b"]
-    assert judge_b["mean"] == pytest.approx(frame["b"].mean())
     assert judge_b["unavailable_rate"] == pytest.approx(1 / 30)
     panel = frame.mean(axis=1)
     assert judge_b["bias"] == pytest.approx(float((frame["b"] - panel).dropna().mean()))
-    from tests.test_report_stats import alpha_interval_by_hand
+    import krippendorff
 
-    by_hand = alpha_interval_by_hand([[None if math.isnan(v) else v for v in frame[k]] for k in "abc"])
-    assert agreement["krippendorff_alpha_interval"] == pytest.approx(by_hand)
-    assert agreement["n_units"] == 38  # 5 runs × 8 tasks, less beta's 2 unjudged
+    expected = krippendorff.alpha(reliability_data=frame[list("abc")].T.to_numpy(), level_of_measurement="interval")
+    assert agreement["krippendorff_alpha_interval"] == pytest.approx(expected)
+    assert agreement["n_units"] == 22
+    low, high = agreement["krippendorff_alpha_ci"]
+    assert low < agreement["krippendorff_alpha_interval"] < high
+    # ICC(3,k) by the two-way mixed consistency formula, complete units only
+    m = frame.dropna().to_numpy()
+    n, k = m.shape
+    ms_rows = k * ((m.mean(axis=1) - m.mean()) ** 2).sum() / (n - 1)
+    resid = m - m.mean(axis=1, keepdims=True) - m.mean(axis=0, keepdims=True) + m.mean()
+    ms_err = (resid ** 2).sum() / ((n - 1) * (k - 1))
+    assert agreement["icc_3k"] == pytest.approx((ms_rows - ms_err) / ms_rows)
 
 
 def test_runs_without_scores_are_skipped(runs_root):
@@ -254,7 +280,7 @@ def test_runs_without_scores_are_skipped(runs_root):
 def test_markdown_table_golden():
     frame = pd.DataFrame([{"model": "a|b", "overall": 28.25, "n": 10, "sd": None, "tiny": 0.001234}])
     assert render.markdown(frame) == ("| model | overall | n | sd | tiny |\n|---|---|---|---|---|\n"
-                                      "| a\\|b | 28.25 | 10 | — | 0.0012 |\n")
+                                      "| a\\|b | 28.2 | 10 | — | 0.0012 |\n")
 
 
 def test_files_and_a_self_contained_page(runs_root, tmp_path):
@@ -263,18 +289,22 @@ def test_files_and_a_self_contained_page(runs_root, tmp_path):
     written = render.write(report, out)
     names = {p.name for p in written}
     assert {"leaderboard.csv", "leaderboard.md", "judge_agreement.json", "report.html", "leaderboard.png",
-            "tiers.png", "judge_agreement.png", "replicates.png", "noise.png", "noise.json", "comparisons.csv",
-            "provenance.csv"} <= names
+            "tiers.png", "judge_agreement.png", "noise.png", "noise.json", "sweeps.csv", "ablations.csv",
+            "reruns.csv", "baseline.csv", "provenance.csv"} <= names
     csv = pd.read_csv(out / "leaderboard.csv")
-    assert csv["overall"].tolist() == pytest.approx(report.leaderboard["overall"].tolist())
+    assert csv["overall"].tolist() == pytest.approx(report.leaderboard["overall"].round(1).tolist())
+    for name in names:  # no unrounded float in any table: at most 4 decimals
+        if name.endswith(".csv"):
+            text = (out / name).read_text()
+            assert not re.search(r"\d\.\d{5,}", text), name
     md = (out / "leaderboard.md").read_text()
     assert "Matched panel — robustness check (spec §5), not the headline" in md
     assert md.index("# WildTrace leaderboard") < md.index("Matched panel")
     page = (out / "report.html").read_text()
-    for section in ("leaderboard", "matched-panel", "paradigms-tiers", "judge-agreement", "replicates",
-                    "comparisons", "provenance"):
-        assert f'<section id="{section}">' in page
-    assert page.count('src="data:image/png;base64,') == 5  # with noise.png (a row has replicates)
+    for section in render.SECTIONS:
+        assert f'<section id="{section}">' in page and f'<a href="#{section}">' in page  # the contents list
+    assert page.index('id="leaderboard"') < page.index('id="sweeps"') < page.index('id="ablations"')
+    assert page.count('src="data:image/png;base64,') == 5  # leaderboard, one sweep, noise, tiers, agreement
     assert "http://" not in page.replace("http://x/v1", "") and "https://" not in page
     assert "<script" not in page and "<link" not in page
     alpha = json.loads((out / "judge_agreement.json").read_text())["krippendorff_alpha_interval"]
@@ -282,13 +312,40 @@ def test_files_and_a_self_contained_page(runs_root, tmp_path):
 
 
 @pytest.mark.parametrize("runs,labels", [
-    ([("alpha", "trio", "abc"), ("beta", "trio", "abc")], {"alpha", "beta"}),
-    ([("alpha", "trio", "abc"), ("alpha", "duo", "ab")], {"alpha · panel=trio", "alpha · panel=duo"}),
-    ([("alpha", "trio", "abc"), ("alpha", "trio", "ab")], {"alpha · judges=a,b,c", "alpha · judges=a,b"}),
-    ([("alpha", "trio", "abc"), ("alpha", "trio", "ab"), ("alpha", "duo", "ab")],
-     {"alpha · panel=trio · judges=a,b,c", "alpha · panel=trio · judges=a,b", "alpha · panel=duo · judges=a,b"}),
+    ([("alpha", "trio", "abc"), ("beta", "trio", "abc")], {"alpha · panel=trio (a,b,c)", "beta · panel=trio (a,b,c)"}),
+    ([("alpha", "trio", "abc"), ("alpha", "duo", "ab")], {"alpha · panel=trio (a,b,c)", "alpha · panel=duo (a,b)"}),
+    ([("alpha", "offline_panel", "abc"), ("alpha", "offline_panel", "ab")],
+     {"alpha · without balanced · without lenient · without strict · with a · with b · with c",
+      "alpha · without balanced · without lenient · without strict · with a · with b"}),
 ])
-def test_labels_name_what_tells_rows_of_one_model_apart(tmp_path, runs, labels):
+def test_labels_are_the_points_own_settings_whatever_else_is_read(tmp_path, runs, labels):
     for i, (model, panel, judges) in enumerate(runs):
         write_run(tmp_path, f"r{i}", model, {k: A1[k] for k in judges}, panel=panel)
     assert set(report_of(tmp_path).leaderboard["model"]) == labels
+    for i in range(len(runs)):  # each point alone gets the same label
+        assert report_of(tmp_path, f"r{i}").leaderboard["model"].iloc[0] in labels
+
+
+def test_a_stopped_run_is_zero_filled_to_the_datasets_task_count(tmp_path, caplog):
+    """The run finished 8 of the dataset's 16 tasks: the All view is its sum over 16 (the spec's
+    All view), not over the 8 it reached; the Scored view is unchanged."""
+    out = write_run(tmp_path, "stopped", "alpha", A2)
+    stats = json.loads((out / "run_stats.json").read_text())
+    stats["dataset"]["n_tasks"] = 16
+    (out / "run_stats.json").write_text(json.dumps(stats))
+    with caplog.at_level("WARNING"):
+        report = report_of(tmp_path)
+    board = report.leaderboard.iloc[0]
+    per_task = [np.mean([A2[k][i] for k in "abc"]) for i in range(8)]
+    assert board["overall"] == pytest.approx(100 * sum(per_task) / 16)
+    assert board["scored"] == pytest.approx(100 * np.mean(per_task))
+    assert (board["n_tasks"], board["n_not_reached"]) == (16, 8)
+    assert report.baseline.iloc[0]["overall_pct"] == pytest.approx(round(100 * sum(per_task) / 16, 1))
+    assert "holds 8 of the dataset's 16 tasks" in caplog.text
+
+
+def test_tasks_every_judge_failed_on_are_counted_and_flagged(tmp_path):
+    write_run(tmp_path, "r", "alpha", {"a": [0.5, None, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5],
+                                       "b": [0.5, None, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5]})
+    board = report_of(tmp_path).leaderboard.iloc[0]
+    assert board["n_unscored"] == 1 and board["overall"] == pytest.approx(100 * 3.5 / 8)

@@ -74,13 +74,13 @@ def test_report_from_mlflow_has_the_runs_numbers(store):
     assert default["overall"] == pytest.approx(28.25) and default["n_runs"] == 1
     panel = bench[(bench["params.judge_panel.name"] == "offline_panel")
                   & (bench["params.decoding.temperature"] == "0.1")]
-    row = board[board["model"].str.contains("t=0.1") & (board["panel"] == "offline_panel")].iloc[0]
-    assert row["n_runs"] == 2 and row["overall"] == pytest.approx(panel["metrics.overall"].mean(), abs=0.005)
+    row = board[~board["model"].str.contains("t=") & (board["panel"] == "offline_panel")].iloc[0]
+    assert row["n_runs"] == 2 and row["overall"] == pytest.approx(panel["metrics.overall"].mean(), abs=0.05)
     hot = bench[bench["params.decoding.temperature"] == "0.7"]["metrics.overall"].iloc[0]
-    assert board[board["model"].str.contains("t=0.7")]["overall"].iloc[0] == pytest.approx(hot, abs=0.005)
-    assert "| model | overall |" in proc.stdout
-    comparisons = pd.read_csv(out / "comparisons.csv")
-    assert set(comparisons["setting"]) == {"temperature", "panel"}
+    assert board[board["model"].str.contains("t=0.7")]["overall"].iloc[0] == pytest.approx(hot, abs=0.05)
+    assert "| model | point | panel | judges | temperature | max_tokens |" in proc.stdout  # the baseline's settings
+    sweeps = pd.read_csv(out / "sweeps.csv")
+    assert set(sweeps["key"]) == {"decoding.temperature"}  # the other panel has other judges: no experiment
 
 
 def test_report_is_its_own_tagged_run_and_is_never_read_back(store):

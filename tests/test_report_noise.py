@@ -21,13 +21,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats as sps
 
 from tests.conftest import settings
 from wildtrace.core.prompts import judge_prompt
 from wildtrace.core.tasks import RubricItem
 from wildtrace.report import noise, render, sources
 from wildtrace.report.stats import Bootstrap
-from wildtrace.report.tables import build
+from wildtrace.report.assemble import build
 
 ROOT = Path(__file__).resolve().parents[1]
 ITEMS = 4  # rubric items of 25 points each
@@ -114,8 +115,11 @@ def test_intra_rater_alpha_matches_the_krippendorff_package(flipping_judge):
     root, per_rep = flipping_judge
     intra = report_of(root, resamples=200).agreement["intra_rater"]
     assert set(intra) == {"a", "b"}
-    assert set(intra["a"]) == {"krippendorff_alpha_interval", "n_units", "n_replicates", "changed_rate",
-                               "mean_abs_change", "max_abs_change"}
+    assert set(intra["a"]) == {"krippendorff_alpha_interval", "alpha_ci_low", "alpha_ci_high", "reading", "n_units",
+                               "n_replicates", "changed_rate", "mean_abs_change", "max_abs_change"}
+    # the reading is the interval's lower bound's: a point estimate alone says too much on few units
+    assert intra["a"]["alpha_ci_low"] < intra["a"]["krippendorff_alpha_interval"] < intra["a"]["alpha_ci_high"]
+    assert intra["a"]["reading"] == noise.interpretation(intra["a"]["alpha_ci_low"])
     data = np.array([rep["a"].sum(axis=1) / 100 for rep in per_rep])  # replicates × answers
     expected = krippendorff.alpha(reliability_data=data, level_of_measurement="interval")
     assert intra["a"]["krippendorff_alpha_interval"] == pytest.approx(expected, abs=1e-6)
@@ -201,36 +205,57 @@ def known_noise(root: Path, n_answers: int, n_judges: int, seed: int = 5) -> np.
     return mu
 
 
-def test_decomposition_recovers_known_task_answer_and_judge_spread(tmp_path):
+def test_components_recover_known_task_answer_and_judge_variance(tmp_path):
     mu = known_noise(tmp_path, 3, 3)
-    row = report_of(tmp_path, resamples=2000).noise[0]
-    assert (row["n_answer_replicates"], row["n_judge_replicates"]) == (3, 3)
-    runs = 9
-    assert row["sd_pp"]["judges"] == pytest.approx(100 * np.sqrt(SD_J ** 2 / (runs * T)), rel=0.1)
-    assert row["sd_pp"]["answers"] == pytest.approx(100 * np.sqrt(SD_A ** 2 / (3 * T)), rel=0.15)
-    assert row["sd_pp"]["tasks"] == pytest.approx(100 * np.sqrt(mu.var(ddof=1) / T), rel=0.15)
-    assert row["not_estimable"] == {}
+    row = report_of(tmp_path, resamples=500).noise[0]
+    assert (row["n_distinct_answers"], row["n_distinct_gradings"]) == (3 * T, 9 * T)
+    var = row["var_pp2"]
+    assert var["judges"] == pytest.approx(1e4 * SD_J ** 2, rel=0.1)
+    assert var["answers"] == pytest.approx(1e4 * SD_A ** 2, rel=0.2)
+    assert var["tasks"] == pytest.approx(1e4 * mu.var(ddof=1), rel=0.2)
+    for source in ("tasks", "answers", "judges"):
+        low, high = row["ci_pp2"][source]
+        assert low < var[source] < high
+    assert row["not_estimable"] == {} and row["negative"] == []
 
 
 def test_judge_replicates_only_leave_answers_inside_tasks(tmp_path):
-    mu = known_noise(tmp_path, 1, 3)
-    report = report_of(tmp_path, resamples=2000)
+    known_noise(tmp_path, 1, 3)
+    report = report_of(tmp_path, resamples=200)
     row = report.noise[0]
-    assert row["sd_pp"]["answers"] is None and "one answer set" in row["not_estimable"]["answers"]
-    assert row["sd_pp"]["judges"] == pytest.approx(100 * np.sqrt(SD_J ** 2 / (3 * T)), rel=0.1)
-    with_answers = 100 * np.sqrt((mu.var(ddof=1) + SD_A ** 2) / T)  # the one answer set's draw is task sampling
-    assert row["sd_pp"]["tasks"] == pytest.approx(with_answers, rel=0.15)
+    assert row["var_pp2"]["answers"] is None and "one distinct answer" in row["not_estimable"]["answers"]
+    assert row["var_pp2"]["judges"] == pytest.approx(1e4 * SD_J ** 2, rel=0.1)
     saved = tmp_path / "out"
     render.write(report, saved)
-    assert json.loads((saved / "noise.json").read_text())["rows"][0]["sd_pp"]["answers"] is None
+    assert json.loads((saved / "noise.json").read_text())["rows"][0]["var_pp2"]["answers"] is None
     assert (saved / "noise.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_answer_replicates_only_hold_the_judges_inside_answers(tmp_path):
     known_noise(tmp_path, 3, 1)
-    row = report_of(tmp_path, resamples=2000).noise[0]
-    assert row["sd_pp"]["judges"] is None and "graded once" in row["not_estimable"]["judges"]
-    assert row["sd_pp"]["answers"] == pytest.approx(100 * np.sqrt((SD_A ** 2 + SD_J ** 2) / (3 * T)), rel=0.15)
+    row = report_of(tmp_path, resamples=200).noise[0]
+    assert row["var_pp2"]["judges"] is None and "graded twice" in row["not_estimable"]["judges"]
+    assert row["var_pp2"]["answers"] == pytest.approx(1e4 * (SD_A ** 2 + SD_J ** 2), rel=0.2)
+
+
+def test_identical_answers_graded_from_the_cache_count_once(tmp_path):
+    """Three decoding replicates at t=0.1 came back byte-identical, so the judge cache served the
+    first grading to all three; a judge replicate graded them again. Two gradings per answer,
+    one answer per task: the old split saw 4 runs, 3 answer sets, and floored the answers' share."""
+    rng = np.random.default_rng(2)
+    n = 40
+    first, second = rng.uniform(0.2, 0.8, n), rng.uniform(0.2, 0.8, n)
+    answers = [f"same answer {i}" for i in range(n)]
+    for d in range(3):
+        write_run(tmp_path, f"d{d}", "alpha", {"a": list(first)}, rep_d=d, answers=answers)
+    write_run(tmp_path, "j1", "alpha", {"a": list(second)}, rep_j=1, answers=answers)
+    report = report_of(tmp_path, resamples=200)
+    row = report.noise[0]
+    assert (row["n_runs"], row["n_distinct_answers"], row["n_distinct_gradings"]) == (4, n, 2 * n)
+    assert row["var_pp2"]["answers"] is None  # one distinct answer per task: nothing to split
+    assert row["var_pp2"]["judges"] == pytest.approx(1e4 * float(np.mean((first - second) ** 2 / 2)))
+    # and in agreement: one unit per answer, the judge's two replicates of it, not four
+    assert report.agreement["intra_rater"]["a"]["n_units"] == n
 
 
 def test_a_row_without_replicates_has_no_noise_row(tmp_path):
@@ -238,80 +263,45 @@ def test_a_row_without_replicates_has_no_noise_row(tmp_path):
     assert report_of(tmp_path, resamples=100).noise == []
 
 
-# --------------------------------------------------------------------------- gaps against noise
+# --------------------------------------------------------------------------- gaps
 
 
-def two_models(root: Path, shift: float, sd_j: float = 0.1, n: int = 50, reps: int = 3) -> None:
-    """beta = alpha + shift on every task, each graded ``reps`` times with noise N(0, sd_j)."""
+def two_models(root: Path, shift: float, sd_j: float = 0.1, n: int = 50, reps: int = 3,
+               models: tuple[str, ...] = ("alpha", "beta")) -> np.ndarray:
+    """Each model = alpha + its shift on every task, each graded ``reps`` times with noise N(0, sd_j)."""
     rng = np.random.default_rng(3)
     mu = rng.uniform(0.3, 0.6, n)
-    for model, offset in (("alpha", 0.0), ("beta", shift)):
-        for j in range(reps):
-            write_run(root, f"{model}{j}", model, {"a": list(np.clip(mu + offset + rng.normal(0, sd_j, n), 0, 1))},
-                      rep_j=j)
+    per_model = []
+    for i, model in enumerate(models):
+        runs = [np.clip(mu + i * shift + rng.normal(0, sd_j, n), 0, 1) for _ in range(reps)]
+        for j, scores in enumerate(runs):
+            write_run(root, f"{model}{j}", model, {"a": list(scores)}, rep_j=j)
+        per_model.append(np.mean(runs, axis=0))
+    return np.array(per_model)
 
 
-@pytest.mark.parametrize("shift,within,words", [(0.0, True, "within judge noise"), (0.15, False, "beyond noise")])
-def test_leaderboard_gap_against_judge_noise(tmp_path, shift, within, words):
-    two_models(tmp_path, shift)
+@pytest.mark.parametrize("shift,distinguishable", [(0.0, False), (0.15, True)])
+def test_a_gap_is_a_paired_t_on_replicate_averaged_tasks(tmp_path, shift, distinguishable):
+    """Judge noise counted once: the interval is scipy's paired t over the tasks' replicate means
+    (the old nested bootstrap resampled the replicates again, an interval √((3R−2)/R) wider)."""
+    averaged = two_models(tmp_path, shift)
     gap = report_of(tmp_path).gaps.iloc[0]
-    assert bool(gap["within_noise"]) is within and gap["noise"] == words
-    assert gap["ci_low_pp"] <= gap["gap_pp"] <= gap["ci_high_pp"]
+    upper, lower = (averaged[1], averaged[0]) if shift else sorted(averaged, key=lambda v: -v.mean())
+    expected = sps.ttest_rel(upper, lower)
+    low, high = expected.confidence_interval(0.95)
+    assert (gap["ci_low_pp"], gap["gap_pp"], gap["ci_high_pp"]) == pytest.approx(
+        (100 * low, 100 * float((upper - lower).mean()), 100 * high))
+    assert gap["p_value"] == pytest.approx(expected.pvalue)
+    assert bool(gap["distinguishable"]) is distinguishable
 
 
-def test_resampling_replicates_widens_the_interval_as_the_design_predicts():
-    """A constant shift: the per-task differences vary only by judge noise, so the task bootstrap's
-    variance is 2σ²/(R·T). Resampling the R gradings (whole runs, weights w shared by the tasks) too
-    makes it 2σ²/T · (E[Σw²] + (R − 1)/R²) = 2σ²/T · (3R − 2)/R²: the width × √((3R − 2)/R) = √(7/3)."""
-    rng = np.random.default_rng(8)
-    n, reps, sd = 400, 3, 0.1
-    a = 0.5 + rng.normal(0, sd, (n, reps))
-    b = 0.52 + rng.normal(0, sd, (n, reps))
-    boot = Bootstrap(4000, 1)
-    with_reps = noise.noisy_difference(a, [0] * reps, b, [0] * reps, boot)
-    tasks_only = noise.noisy_difference(a.mean(axis=1), [0], b.mean(axis=1), [0], boot)
-    assert with_reps["mean_diff"] == pytest.approx(tasks_only["mean_diff"])
-    ratio = (with_reps["ci_high"] - with_reps["ci_low"]) / (tasks_only["ci_high"] - tasks_only["ci_low"])
-    assert ratio == pytest.approx(np.sqrt(7 / 3), rel=0.05)
+def test_gaps_are_holm_adjusted_across_the_leaderboard(tmp_path):
+    from statsmodels.stats.multitest import multipletests
 
-
-def test_replicate_weights_resample_answer_sets_then_gradings():
-    rng = np.random.default_rng(0)
-    weights = noise.replicate_weights([[0, 1, 2], [3]], 4, rng, 5000)
-    assert np.allclose(weights.sum(axis=1), 1.0)
-    # set 1 (one run) is drawn 0, 1 or 2 times of 2 draws: its weight is then 0, 1/4 or 1/2 … or 1 when alone
-    assert set(np.round(weights[:, 3], 6)) <= {0.0, 0.25, 1.0}
-    assert weights[:, 3].mean() == pytest.approx(0.5 * 0.25 * 2 * 0.5 + 0.25 * 1.0, abs=0.02)
-    assert np.array_equal(noise.replicate_weights([[0]], 1, rng, 3), np.ones((3, 1)))
-
-
-def test_one_setting_comparisons_say_whether_they_are_within_noise(tmp_path):
-    rng = np.random.default_rng(4)
-    mu = rng.uniform(0.3, 0.6, 60)
-    for j in range(3):
-        write_run(tmp_path, f"cool{j}", "alpha", {"a": list(mu + rng.normal(0, 0.1, 60))}, rep_j=j)
-        write_run(tmp_path, f"hot{j}", "alpha", {"a": list(mu + 0.005 + rng.normal(0, 0.1, 60))}, rep_j=j, t=0.7)
-    report = report_of(tmp_path)
-    comp = report.comparisons.iloc[0]
-    assert comp["setting"] == "temperature"
-    assert bool(comp["within_noise"]) is True
-    assert comp["noise"] == "within judge noise" and comp["judge_drift"] == ""
-    assert comp["noise_ci_low_pp"] <= comp["diff_pp"] <= comp["noise_ci_high_pp"]
-    written = tmp_path / "out"
-    render.write(report, written)
-    assert "within_noise" in pd.read_csv(written / "comparisons.csv").columns
-    page = (written / "report.html").read_text()
-    assert "within judge noise" in page
-    gaps = page[page.index('<section id="gaps">'):page.index('<section id="comparisons">')]
-    assert "1 of 1 within noise" in gaps  # the two rows are 0.5 pp apart by construction, judge sd 10 pp
-    assert "1 of 1 within noise" in page[page.index('<section id="comparisons">'):]
-
-
-def test_runs_without_replicates_say_only_task_sampling_was_measured(tmp_path):
-    write_run(tmp_path, "a", "alpha", {"a": [0.2, 0.4, 0.6, 0.8]})
-    write_run(tmp_path, "b", "beta", {"a": [0.2, 0.4, 0.6, 0.7]})
-    gap = report_of(tmp_path, resamples=200).gaps.iloc[0]
-    assert gap["noise"] == "within task sampling (no replicate to measure judge noise)"
+    two_models(tmp_path, 0.01, models=("alpha", "beta", "gamma", "delta"))
+    gaps = report_of(tmp_path, resamples=200).gaps
+    assert len(gaps) == 3
+    assert list(gaps["p_holm"]) == pytest.approx(list(multipletests(list(gaps["p_value"]), method="holm")[1]))
 
 
 # --------------------------------------------------------------------------- splits and drift
@@ -349,8 +339,8 @@ def test_comparisons_label_judges_whose_served_model_or_prompt_differs(tmp_path,
     scores = {"a": [0.2, 0.4, 0.6, 0.8]}
     write_run(tmp_path, "cool", "alpha", scores, served={"a": ["judge-a-0501"]})
     write_run(tmp_path, "hot", "alpha", scores, served=served_b, prompts=prompts_b, t=0.7)
-    comp = report_of(tmp_path, resamples=100).comparisons.iloc[0]
-    assert comp["setting"] == "temperature" and comp["judge_drift"] == drift  # labelled, still compared
+    point = report_of(tmp_path, resamples=100).sweeps.set_index("value").loc[0.7]
+    assert point["key"] == "decoding.temperature" and point["judge_drift"] == drift  # labelled, still compared
 
 
 def test_judge_settings_drift_within_a_replicated_row_is_labelled(tmp_path):
@@ -359,7 +349,8 @@ def test_judge_settings_drift_within_a_replicated_row_is_labelled(tmp_path):
     write_run(tmp_path, "r1", "alpha", scores, rep_j=1, served={"a": ["judge-a-0601"]})  # the endpoint moved
     write_run(tmp_path, "hot", "alpha", scores, served={"a": ["judge-a-0501"]}, t=0.7)
     report = report_of(tmp_path, resamples=100)
-    assert report.comparisons.iloc[0]["judge_drift"] == "served model of a (judge-a-0501 vs judge-a-0601)"
+    assert report.sweeps.set_index("value").loc[0.7, "judge_drift"] == \
+        "served model of a (judge-a-0501 vs judge-a-0601)"
     assert report.replicates.iloc[0]["judge_drift"] == "served model of a (judge-a-0501 vs judge-a-0601)"
 
 
@@ -432,11 +423,11 @@ def test_offline_tour_end_to_end(tmp_path):
         assert row["n_replicates"] == 3
     page = html.unescape((out / "report.html").read_text())
     for row in intra.values():
-        assert noise.interpretation(row["krippendorff_alpha_interval"]) in page
+        assert row["reading"] == noise.interpretation(row["alpha_ci_low"]) and row["reading"] in page
     rows = json.loads((out / "noise.json").read_text())["rows"]
-    assert len(rows) == 1 and set(rows[0]["sd_pp"]) == {"tasks", "answers", "judges"}
-    assert rows[0]["n_judge_replicates"] == 3 and rows[0]["n_answer_replicates"] == 1
-    assert rows[0]["sd_pp"]["answers"] is None and rows[0]["sd_pp"]["judges"] > 0
+    assert len(rows) == 1 and set(rows[0]["var_pp2"]) == {"tasks", "answers", "judges"}
+    assert rows[0]["n_distinct_gradings"] == 30 and rows[0]["n_distinct_answers"] == 10
+    assert rows[0]["var_pp2"]["answers"] is None and rows[0]["var_pp2"]["judges"] > 0
     run_id = next(line for line in proc.stdout.splitlines() if line.startswith("mlflow: run ")).split()[2]
     metrics = MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow.db'}").get_run(run_id).data.metrics
     for judge, row in intra.items():
@@ -493,5 +484,6 @@ def test_report_metrics_are_legal_readable_and_rounded(flipping_judge):
     alpha = report.agreement["intra_rater"]["a"]["krippendorff_alpha_interval"]
     assert metrics["intra_rater.a.krippendorff_alpha_interval"] == round(alpha, 4) != alpha
     assert metrics["intra_rater.a.n_units"] == 300
-    assert "noise.alpha.sd_pp_judges" in metrics and "noise.alpha.sd_pp_answers" not in metrics  # null: not logged
+    assert any(k.startswith("noise.") and k.endswith(".sd_pp_judges") for k in metrics)
+    assert not any(k.endswith(".sd_pp_answers") for k in metrics)  # null: not logged
     assert all(validate_param_and_metric_name(k) for k in metrics)

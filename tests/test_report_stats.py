@@ -5,7 +5,9 @@ from __future__ import annotations
 import itertools
 import math
 
+import krippendorff
 import numpy as np
+import pandas as pd
 import pytest
 from scipy import stats as sps
 
@@ -145,3 +147,90 @@ def test_a_flat_sequence_is_one_run_and_chunks_do_not_change_the_draws(monkeypat
     whole = stats.all_interval(scores, Bootstrap(1000, 4))
     monkeypatch.setattr(stats, "CHUNK", 7)
     assert stats.all_interval(scores, Bootstrap(1000, 4)) == whole
+
+
+# --------------------------------------------------------------------------- paired tests, Holm, power, components
+
+
+def test_paired_t_matches_scipy_and_reads_small_n():
+    rng = np.random.default_rng(3)
+    a, b = rng.uniform(0, 1, 25), rng.uniform(0, 1, 25)
+    ours = stats.paired_t(b - a)
+    expected = sps.ttest_rel(b, a)
+    assert ours["p_value"] == pytest.approx(expected.pvalue)
+    assert (ours["ci_low"], ours["ci_high"]) == pytest.approx(tuple(expected.confidence_interval(0.95)))
+    assert ours["small_n"] and not stats.paired_t(rng.uniform(0, 1, 30))["small_n"]
+
+
+def test_holm_matches_statsmodels():
+    from statsmodels.stats.multitest import multipletests
+
+    p = [0.01, 0.04, 0.03, 0.2, 0.001, None]
+    expected = multipletests([x for x in p if x is not None], method="holm")[1]
+    ours = stats.holm(p)
+    assert ours[:5] == pytest.approx(list(expected)) and ours[5] is None
+
+
+def test_power_table_matches_statsmodels():
+    from statsmodels.stats.power import TTestPower
+
+    sd, n = 0.2, 481
+    gap = stats.detectable_gap(n, sd)
+    power = TTestPower().power(effect_size=gap / sd, nobs=n, alpha=0.05, alternative="two-sided")
+    assert power == pytest.approx(0.8, abs=0.005)
+    needed = stats.tasks_needed(0.02, sd)
+    exact = TTestPower().solve_power(effect_size=0.02 / sd, power=0.8, alpha=0.05, alternative="two-sided")
+    assert abs(needed - exact) <= 2
+
+
+def test_balanced_nested_components_are_the_textbook_expected_mean_squares():
+    """tasks × answers × gradings, balanced: σ²_J = MS_W, σ²_A = (MS_A − MS_W)/n, σ²_T = (MS_T − MS_A)/(b n)."""
+    rng = np.random.default_rng(5)
+    t, b, n = 40, 3, 2
+    y = (rng.normal(0, 0.3, (t, 1, 1)) + rng.normal(0, 0.1, (t, b, 1)) + rng.normal(0, 0.05, (t, b, n)))
+    ms_w = ((y - y.mean(axis=2, keepdims=True)) ** 2).sum() / (t * b * (n - 1))
+    ms_a = n * ((y.mean(axis=2) - y.mean(axis=(1, 2))[:, None]) ** 2).sum() / (t * (b - 1))
+    ms_t = b * n * ((y.mean(axis=(1, 2)) - y.mean()) ** 2).sum() / (t - 1)
+    ours = stats.nested_components(y.tolist())["var"]
+    assert ours["judges"] == pytest.approx(ms_w)
+    assert ours["answers"] == pytest.approx((ms_a - ms_w) / n)
+    assert ours["tasks"] == pytest.approx((ms_t - ms_a) / (b * n))
+
+
+def test_nested_components_match_statsmodels_reml_on_a_balanced_design():
+    import statsmodels.formula.api as smf
+
+    rng = np.random.default_rng(6)
+    t, b, n = 30, 2, 2
+    y = rng.normal(0, 0.3, (t, 1, 1)) + rng.normal(0, 0.15, (t, b, 1)) + rng.normal(0, 0.1, (t, b, n))
+    rows = [{"task": i, "answer": f"{i}-{j}", "y": y[i, j, k]} for i in range(t) for j in range(b) for k in range(n)]
+    fit = smf.mixedlm("y ~ 1", pd.DataFrame(rows), groups="task", vc_formula={"answer": "0 + C(answer)"},
+                      re_formula="1").fit(reml=True)
+    ours = stats.nested_components(y.tolist())["var"]
+    assert ours["judges"] == pytest.approx(fit.scale, rel=1e-3)
+    assert ours["answers"] == pytest.approx(float(fit.vcomp[0]), rel=1e-3)
+    assert ours["tasks"] == pytest.approx(float(fit.cov_re.iloc[0, 0]), rel=1e-3)
+
+
+def test_a_negative_component_is_kept_and_flagged():
+    # answers of one task agree more than gradings of one answer: MS_A < MS_W, σ²_A < 0
+    cells = [[[0.0, 1.0], [1.0, 0.0]], [[0.2, 0.8], [0.8, 0.2]], [[0.5, 0.6], [0.6, 0.5]]]
+    fit = stats.nested_components(cells)
+    assert fit["var"]["answers"] < 0 and fit["negative"] == ["answers"]
+
+
+def test_alpha_bootstrap_equals_resampling_the_package():
+    rng = np.random.default_rng(8)
+    data = rng.uniform(0, 1, (3, 40))
+    data[1, 3] = np.nan
+    boot = stats.Bootstrap(resamples=300, seed=4)
+    low, high = stats.krippendorff_bootstrap(data, boot)
+    idx = np.random.default_rng(4).integers(0, 40, size=(300, 40))
+    draws = [krippendorff.alpha(reliability_data=data[:, i], level_of_measurement="interval") for i in idx]
+    assert (low, high) == pytest.approx(tuple(np.percentile(draws, [2.5, 97.5])))
+
+
+def test_kendall_tau_is_scipys_tau_b():
+    a, b = [0.3, 0.1, 0.5, 0.2], [0.25, 0.2, 0.4, 0.1]
+    assert stats.kendall_tau(a, b) == pytest.approx(sps.kendalltau(a, b).statistic)
+    assert stats.kendall_tau([0.1], [0.2]) is None

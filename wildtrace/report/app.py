@@ -12,7 +12,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from wildtrace.config import register
-from wildtrace.report.tables import Report
+from wildtrace.report.assemble import Report
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,10 @@ class ReportConfig:
     report: ReportSettings = field(default_factory=ReportSettings)  #: what to read and how
 
 
+#: The baseline leaderboard's columns printed on stdout (baseline.csv has them all).
+STDOUT_COLUMNS = ["model", "point", "panel", "judges", "temperature", "max_tokens", "n_runs", "overall_pct",
+                  "ci_low_pct", "ci_high_pct", "rank", "rank_ci_low", "rank_ci_high", "p_rank1_pct"]
+
 register()
 ConfigStore.instance().store(name="report_schema", node=ReportConfig)
 CONF_DIR = str(Path(__file__).resolve().parent.parent.parent / "conf")
@@ -66,7 +70,7 @@ def make_report(cfg: ReportConfig, out_dir: Path) -> tuple[Report, str | None]:
     """Read, build, write (and log): the importable heart of the command. Returns (Report, MLflow run id)."""
     from wildtrace.report import render, sources
     from wildtrace.report.stats import Bootstrap
-    from wildtrace.report.tables import build
+    from wildtrace.report.assemble import build
 
     r = cfg.report
     if r.run_dirs:
@@ -98,10 +102,9 @@ def _job(dict_cfg: DictConfig) -> None:
         error("wildtrace.report", "no benchmark runs found (run `python -m wildtrace` first, or pass "
               "report.run_dirs=[...])")
         raise SystemExit(ExitCode.RUN_FAILED)
-    from wildtrace.report.render import markdown
+    from wildtrace.report.render import markdown, tables
 
-    columns = ["model", "overall", "overall_ci_low", "overall_ci_high", "scored", "n_scored", "n_runs"]
-    print(markdown(report.leaderboard[columns]))
+    print(markdown(tables(report)["baseline"][STDOUT_COLUMNS]))
     print(f"report: {out_dir / 'report.html'}")
     if run_id:
         print(f"mlflow: run {run_id} (tag wildtrace.kind=report)")

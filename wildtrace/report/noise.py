@@ -19,7 +19,7 @@ docs/experiments/report-noise.md; in short:
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from itertools import combinations
 
 import numpy as np
@@ -56,7 +56,7 @@ def _pairable(part: pd.DataFrame, index: str | list[str], value: str) -> pd.Data
     return table[table.notna().sum(axis=1) >= 2]
 
 
-def intra_rater(long: pd.DataFrame) -> dict[str, dict]:
+def intra_rater(long: pd.DataFrame, boot: Bootstrap = DEFAULT_BOOTSTRAP) -> dict[str, dict]:
     """Per judge, how it agrees with itself over replicates of the same answers.
 
     ``long`` has a row per (unit, judge, replicate) with the judge's score (NaN when it was
@@ -72,8 +72,12 @@ def intra_rater(long: pd.DataFrame) -> dict[str, dict]:
             continue
         values = table.to_numpy(dtype=float)
         ranges = np.nanmax(values, axis=1) - np.nanmin(values, axis=1)
+        alpha = stats.krippendorff_interval(values.T)
+        low, high = stats.krippendorff_bootstrap(values.T, boot) if alpha is not None else (None, None)
         out[str(judge)] = {
-            "krippendorff_alpha_interval": stats.krippendorff_interval(values.T),
+            "krippendorff_alpha_interval": alpha, "alpha_ci_low": low, "alpha_ci_high": high,
+            # read from the interval's lower bound: 10 units cannot show "reliable" with 0.40–1.00
+            "reading": interpretation(low),
             "n_units": len(table),
             "n_replicates": int(table.notna().any(axis=0).sum()),
             "changed_rate": float((ranges > EPS).mean()),
@@ -126,120 +130,51 @@ def item_flips(items: pd.DataFrame, criteria: dict[str, list[str]]) -> tuple[dic
 
 # --------------------------------------------------------------------------- decomposition
 
-
-def answer_sets(answer_ids: Sequence[Hashable]) -> list[list[int]]:
-    """Column indices grouped by answer set (decoding replicate), in first-seen order."""
-    sets: dict[Hashable, list[int]] = {}
-    for i, a in enumerate(answer_ids):
-        sets.setdefault(a, []).append(i)
-    return list(sets.values())
+#: The sources of a row's variance, in the order tables show them.
+SOURCES = ("tasks", "answers", "judges")
 
 
-def _task_bootstrap_var(per_task: np.ndarray, boot: Bootstrap) -> float:
-    """Variance of the mean over tasks across ``boot.resamples`` resamples of the tasks."""
-    rng = np.random.default_rng(boot.seed)
-    draws = np.concatenate([per_task[rng.integers(0, len(per_task), size=(min(stats.CHUNK, boot.resamples - i),
-                                                                            len(per_task)))].mean(axis=1)
-                            for i in range(0, boot.resamples, stats.CHUNK)])
-    return float(draws.var(ddof=1)) if len(draws) > 1 else 0.0
+def _not_estimable(cells: Sequence[Sequence[Sequence[float]]]) -> dict[str, str]:
+    notes = {}
+    if not any(len(answer) >= 2 for task in cells for answer in task):
+        notes["judges"] = ("no answer was graded twice (no judge replicate, or identical answers graded once "
+                           "from the cache): judge noise is inside the answers' share")
+    if not any(len(task) >= 2 for task in cells):
+        notes["answers"] = ("one distinct answer per task (no decoding replicate, or replicates that came back "
+                            "identical): answer sampling is inside the tasks' share")
+    return notes
 
 
-def decompose(matrix: np.ndarray, answer_ids: Sequence[Hashable], boot: Bootstrap = DEFAULT_BOOTSTRAP) -> dict:
-    """The variance of a row's overall score split into tasks, answers and judges (0–1² units).
+def split(cells: Sequence[Sequence[Sequence[float]]], boot: Bootstrap = DEFAULT_BOOTSTRAP) -> dict:
+    """Variance components (pp²) of one grading's task score by expected mean squares, each with
+    a percentile interval from resampling tasks, and the sd (pp) of the row's score they imply.
 
-    ``matrix`` is tasks × runs of All-view task scores (unscored = 0); ``answer_ids`` names
-    each run's answer set (its decoding replicate). The row's overall is the mean over runs,
-    so run k weighs 1/R and answer set d weighs R_d/R. Returns var (a None component is not
-    estimable) and, for each None, why.
+    ``cells[t][a]`` holds the distinct gradings of answer a of task t (tables.gradings). A
+    component the design cannot separate is None with its reason; a negative estimate (the
+    mean squares of a small sample can order themselves so) is kept and listed in ``negative``.
     """
-    m = np.nan_to_num(stats.as_matrix(matrix), nan=0.0)
-    n_tasks, n_runs = m.shape
-    sets = answer_sets(answer_ids)
-    sizes = np.array([len(s) for s in sets], dtype=float)
-    var: dict[str, float | None] = {"tasks": None, "answers": None, "judges": None}
-    notes: dict[str, str] = {}
-    if n_tasks == 0:
-        return {"var": var, "notes": {"tasks": "no task"}, "n_answer_replicates": len(sets),
-                "n_judge_replicates": int(sizes.max()) if len(sizes) else 0}
-    judge_within = None  # σ²_J: the variance of one grading about its answer set's mean
-    graded_again = [s for s in sets if len(s) >= 2]
-    if graded_again:
-        ss = sum(float(((m[:, s] - m[:, s].mean(axis=1, keepdims=True)) ** 2).sum()) for s in graded_again)
-        judge_within = ss / (n_tasks * sum(len(s) - 1 for s in graded_again))
-        var["judges"] = judge_within / (n_runs * n_tasks)
-    else:
-        notes["judges"] = ("each answer was graded once (no judge replicate): judge noise is inside the "
-                           "answers' share" if len(sets) > 1 else "no judge replicate")
-    if len(sets) >= 2:
-        set_means = np.column_stack([m[:, s].mean(axis=1) for s in sets])
-        between = float(set_means.var(axis=1, ddof=1).mean())  # E = σ²_A + σ²_J · mean(1/R_d)
-        answer_var = max(0.0, between - (judge_within or 0.0) * float(np.mean(1.0 / sizes)))
-        var["answers"] = answer_var * float(((sizes / n_runs) ** 2).sum()) / n_tasks
-    else:
-        notes["answers"] = ("one answer set (no decoding replicate): answer sampling cannot be told apart from "
-                            "task sampling and is inside the tasks' share")
-    total = _task_bootstrap_var(m.mean(axis=1), boot)
-    var["tasks"] = max(0.0, total - (var["answers"] or 0.0) - (var["judges"] or 0.0))
-    return {"var": var, "notes": notes, "n_answer_replicates": len(sets),
-            "n_judge_replicates": int(sizes.max())}
-
-
-def sd_pp(var: dict[str, float | None]) -> dict[str, float | None]:
-    """Variances on the 0–1 scale → standard deviations in percentage points."""
-    return {k: None if v is None else 100.0 * float(np.sqrt(v)) for k, v in var.items()}
-
-
-# --------------------------------------------------------------------------- gaps against noise
-
-
-def replicate_weights(sets: Sequence[Sequence[int]], n_runs: int, rng: np.random.Generator,
-                      size: int) -> np.ndarray:
-    """size × runs weights from a nested resample: answer sets with replacement, then each chosen
-    set's gradings with replacement (as many as it has); a run's weight is its share of the draws."""
-    weights = np.zeros((size, n_runs))
-    chosen = rng.integers(0, len(sets), size=(size, len(sets)))
-    for d, columns in enumerate(sets):
-        times = (chosen == d).sum(axis=1)  # how often set d was drawn, per resample
-        counts = rng.multinomial(times * len(columns), [1.0 / len(columns)] * len(columns))
-        weights[:, list(columns)] += counts
-    return weights / weights.sum(axis=1, keepdims=True)
-
-
-def noisy_difference(a: np.ndarray, answers_a: Sequence[Hashable], b: np.ndarray, answers_b: Sequence[Hashable],
-                     boot: Bootstrap = DEFAULT_BOOTSTRAP) -> dict:
-    """Mean of b − a over paired tasks (rows of both matrices, tasks × runs, All view) with a
-    percentile interval from resampling the tasks (paired) and each side's replicates.
-
-    ``within_noise`` is True when the interval holds 0: the difference is no larger than what
-    task sampling and the measured answer and judge noise produce. None without a task.
-    """
-    ma, mb = (np.nan_to_num(stats.as_matrix(x), nan=0.0) for x in (a, b))
-    n = ma.shape[0]
-    if n == 0:
-        return {"n": 0, "mean_diff": None, "ci_low": None, "ci_high": None, "within_noise": None}
-    rng = np.random.default_rng(boot.seed)
-    idx = rng.integers(0, n, size=(boot.resamples, n))
-    wa = replicate_weights(answer_sets(answers_a), ma.shape[1], rng, boot.resamples)
-    wb = replicate_weights(answer_sets(answers_b), mb.shape[1], rng, boot.resamples)
-    draws = np.concatenate([(mb[idx[i:i + stats.CHUNK]].mean(axis=1) * wb[i:i + stats.CHUNK]).sum(axis=1)
-                            - (ma[idx[i:i + stats.CHUNK]].mean(axis=1) * wa[i:i + stats.CHUNK]).sum(axis=1)
-                            for i in range(0, boot.resamples, stats.CHUNK)])
-    lo, hi = stats.percentile_interval(draws, boot.level)
-    within = None if lo is None or hi is None else bool(lo <= 0.0 <= hi)
-    return {"n": int(n), "mean_diff": float((mb.mean(axis=1) - ma.mean(axis=1)).mean()), "ci_low": lo,
-            "ci_high": hi, "within_noise": within}
-
-
-def noise_words(within: bool | None, judge_replicated: bool, answer_replicated: bool) -> str:
-    """The page's plain-words marker for a gap, naming the noise that was measured."""
-    if within is None:
-        return "no shared task"
-    measured = " and ".join(n for n, present in (("answer", answer_replicated), ("judge", judge_replicated))
-                            if present)
-    if within:
-        return f"within {measured} noise" if measured else "within task sampling (no replicate to measure " \
-                                                           "judge noise)"
-    return "beyond noise" if measured else "beyond task sampling (judge noise not measured)"
+    fit = stats.nested_components(cells)
+    notes = _not_estimable(cells)
+    var = {k: None if k in notes or fit["var"][k] is None else 1e4 * fit["var"][k] for k in SOURCES}
+    summary = stats.task_summaries(cells)
+    ci: dict[str, tuple[float | None, float | None]] = {k: (None, None) for k in SOURCES}
+    if summary.shape[0] >= 2:
+        idx = np.random.default_rng(boot.seed).integers(0, summary.shape[0], (boot.resamples, summary.shape[0]))
+        draws = stats.components_of(summary[idx])
+        ci = {k: stats.percentile_interval(1e4 * draws[k], boot.level) if var[k] is not None else (None, None)
+              for k in SOURCES}
+    n_tasks = len(cells)
+    answers = [len(task) for task in cells]
+    grades = [sum(len(a) for a in task) for task in cells]
+    row_var = None
+    if n_tasks and var["tasks"] is not None:
+        row_var = (var["tasks"] + (var["answers"] or 0.0) * float(np.mean([1 / a for a in answers]))
+                   + (var["judges"] or 0.0) * float(np.mean([1 / n for n in grades]))) / n_tasks
+    return {"var_pp2": var, "ci_pp2": ci, "negative": [k for k in fit["negative"] if var[k] is not None],
+            "sd_pp": {k: None if v is None or v < 0 else float(np.sqrt(v)) for k, v in var.items()},
+            "row_sd_pp": None if row_var is None or row_var < 0 else float(np.sqrt(row_var)),
+            "n_tasks": n_tasks, "n_distinct_answers": int(sum(answers)), "n_distinct_gradings": int(sum(grades)),
+            "not_estimable": notes}
 
 
 # --------------------------------------------------------------------------- where judges split

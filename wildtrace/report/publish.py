@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from wildtrace.report.render import tables
-from wildtrace.report.tables import Report
+from wildtrace.report.assemble import Report
 
 #: The tag that tells a report run from a benchmark run (the report itself skips such runs).
 KIND_TAG = ("wildtrace.kind", "report")
@@ -36,7 +36,7 @@ def report_metrics(report: Report) -> dict[str, float]:
         out["inter_judge.krippendorff_alpha_interval"] = alpha
     for judge, row in report.agreement.get("intra_rater", {}).items():
         for key, value in row.items():
-            if value is not None:
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
                 out[_metric_key("intra_rater", judge, key)] = value
     for row in report.noise:
         for source, value in row["sd_pp"].items():

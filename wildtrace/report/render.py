@@ -19,23 +19,22 @@ import matplotlib
 matplotlib.use("Agg")  # no display: plots are files
 
 import matplotlib.pyplot as plt
-import numpy as np
 import pandas as pd
 
 from wildtrace.report.noise import interpretation
-from wildtrace.report.tables import Report
+from wildtrace.report.assemble import Report
 
 #: Section ids of report.html, in page order, with their headings.
 SECTIONS = {
-    "leaderboard": "Leaderboard",
-    "matched-panel": "Matched panel (robustness check, not the headline)",
-    "paradigms-tiers": "Paradigms and context tiers",
+    "leaderboard": "Leaderboard at the baseline setting",
+    "sweeps": "Sweeps: one setting varied",
+    "ablations": "Judge-panel ablations",
+    "reruns": "Reruns: how far the same setting moves",
     "judge-agreement": "Judge agreement",
     "judge-splits": "Where the judges split",
-    "replicates": "Replicates",
-    "noise": "Where a row's spread comes from",
-    "gaps": "Leaderboard gaps against noise",
-    "comparisons": "One-setting comparisons",
+    "paradigms-tiers": "Paradigms and context tiers",
+    "points": "Every point read",
+    "matched-panel": "Matched panel (robustness check, not the headline)",
     "provenance": "Provenance",
 }
 
@@ -44,7 +43,7 @@ def _cell(value: Any) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "—"
     if isinstance(value, float):
-        return f"{value:.2f}" if abs(value) >= 0.01 or value == 0 else f"{value:.4f}"
+        return f"{value:.1f}" if abs(value) >= 0.1 or value == 0 else f"{value:.4f}"
     return str(value).replace("|", "\\|").replace("\n", " ")
 
 
@@ -79,7 +78,8 @@ def intra_rater_frame(agreement: dict) -> pd.DataFrame:
     """Each judge against itself, in % and percentage points, with Krippendorff's reading of alpha."""
     items = agreement.get("intra_rater_items", {})
     return pd.DataFrame([{"judge": k, "alpha_interval": v["krippendorff_alpha_interval"],
-                          "reading": interpretation(v["krippendorff_alpha_interval"]), "n_units": v["n_units"],
+                          "alpha_ci_low": v["alpha_ci_low"], "alpha_ci_high": v["alpha_ci_high"],
+                          "reading": v["reading"], "n_units": v["n_units"],
                           "n_replicates": v["n_replicates"], "changed_pct": _pct(v["changed_rate"]),
                           "mean_abs_change_pp": _pct(v["mean_abs_change"]),
                           "max_abs_change_pp": _pct(v["max_abs_change"]),
@@ -88,13 +88,22 @@ def intra_rater_frame(agreement: dict) -> pd.DataFrame:
 
 
 def noise_frame(rows: list[dict]) -> pd.DataFrame:
-    """noise.json as a table: sd (pp) of each replicated row's overall from each source."""
-    return pd.DataFrame([{"model": r["model"], "sd_tasks_pp": r["sd_pp"]["tasks"],
-                          "sd_answers_pp": r["sd_pp"]["answers"], "sd_judges_pp": r["sd_pp"]["judges"],
-                          "n_answer_replicates": r["n_answer_replicates"],
-                          "n_judge_replicates": r["n_judge_replicates"],
-                          "not_estimable": "; ".join(f"{k}: {v}" for k, v in r.get("not_estimable", {}).items())}
-                         for r in rows])
+    """noise.json as a table: each replicated row's variance components (pp²) with intervals,
+    negative estimates flagged, and the sd (pp) of the row's score they imply."""
+    out = []
+    for r in rows:
+        row: dict[str, Any] = {"model": r["model"], "n_runs": r["n_runs"],
+                               "n_distinct_answers": r["n_distinct_answers"],
+                               "n_distinct_gradings": r["n_distinct_gradings"]}
+        for source in ("tasks", "answers", "judges"):
+            lo, hi = r["ci_pp2"][source]
+            row.update({f"var_{source}_pp2": r["var_pp2"][source], f"var_{source}_ci_low_pp2": lo,
+                        f"var_{source}_ci_high_pp2": hi})
+        row["negative_estimate"] = ", ".join(r["negative"])
+        row["row_sd_pp"] = r["row_sd_pp"]
+        row["not_estimable"] = "; ".join(f"{k}: {v}" for k, v in r.get("not_estimable", {}).items())
+        out.append(row)
+    return pd.DataFrame(out)
 
 
 #: Column → the words the page heads it with (the CSVs keep the short names).
@@ -138,19 +147,34 @@ def _png(fig: plt.Figure) -> bytes:
 
 
 def plot_leaderboard(board: pd.DataFrame) -> bytes:
-    """Both views per row with their bootstrap interval as whiskers."""
+    """The baseline leaderboard: each model's All-view score with its 95% interval as whiskers."""
     fig, ax = plt.subplots(figsize=(8, 0.5 * max(len(board), 2) + 1.2))
-    y = range(len(board))
-    for offset, view, colour in ((-0.15, "overall", "tab:blue"), (0.15, "scored", "tab:orange")):
-        values = board[view].astype(float)
-        err = [values - board[f"{view}_ci_low"].astype(float), board[f"{view}_ci_high"].astype(float) - values]
-        ax.errorbar(values, [i + offset for i in y], xerr=err, fmt="o", capsize=4, color=colour,
-                    label="All view (overall)" if view == "overall" else "Scored view")
-    ax.set_yticks(list(y), board["model"])
+    values = board["overall_pct"].astype(float)
+    err = [values - board["ci_low_pct"].astype(float), board["ci_high_pct"].astype(float) - values]
+    ax.errorbar(values, range(len(board)), xerr=err, fmt="o", capsize=4, color="tab:blue")
+    ax.set_yticks(list(range(len(board))), board["model"])
     ax.invert_yaxis()
-    ax.set_xlabel("score (%) with 95% bootstrap interval over tasks")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2)
+    ax.set_xlabel("All view (%) with its 95% interval over tasks")
     ax.grid(axis="x", alpha=0.3)
+    return _png(fig)
+
+
+def plot_sweep(part: pd.DataFrame) -> bytes:
+    """A sweep: each model's score (%) over the swept value, with its 95% interval."""
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in part["value"])
+    for model, rows in part.groupby("model", sort=True):
+        x = rows["value"].astype(float) if numeric else rows["value"].astype(str)
+        y = rows["overall_pct"].astype(float)
+        err = [y - rows["ci_low_pct"].astype(float), rows["ci_high_pct"].astype(float) - y]
+        ax.errorbar(x, y, yerr=err, fmt="o-", capsize=4, label=str(model))
+    key = str(part["key"].iloc[0])
+    if numeric and key.endswith("max_tokens"):
+        ax.set_xscale("log", base=2)
+    ax.set_xlabel(key)
+    ax.set_ylabel("All view (%), 95% interval")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
     return _png(fig)
 
 
@@ -188,21 +212,6 @@ def plot_agreement(agreement: dict) -> bytes:
     return _png(fig)
 
 
-def plot_replicates(summary: pd.DataFrame) -> bytes:
-    """Per row: the overall of each replicate (dots) and the mean per-task spread."""
-    fig, ax = plt.subplots(figsize=(8, 0.6 * max(len(summary), 2) + 1.2))
-    for i, row in enumerate(summary.itertuples(index=False)):
-        ax.plot([row.overall_min, row.overall_max], [i, i], color="grey")
-        ax.plot([row.overall_mean], [i], "o", color="tab:blue")
-        ax.annotate(f"sd {row.overall_sd:.2f} pp · task sd {100 * row.task_sd_mean:.1f} pp",
-                    (row.overall_max, i), xytext=(6, -3), textcoords="offset points", fontsize=8)
-    ax.set_yticks(range(len(summary)), summary["model"])
-    ax.invert_yaxis()
-    ax.set_xlabel("overall (%) across replicates: range and mean")
-    ax.grid(axis="x", alpha=0.3)
-    return _png(fig)
-
-
 def plot_noise(rows: list[dict]) -> bytes:
     """Per replicated row: the share of its overall's variance from tasks, answers and judges
     (stacked to 100 %), each bar labelled with the sds in pp."""
@@ -231,14 +240,14 @@ def plot_noise(rows: list[dict]) -> bytes:
 def plots(report: Report) -> dict[str, bytes]:
     """name → PNG bytes for the plots the report has data for."""
     out = {}
-    if len(report.leaderboard):
-        out["leaderboard.png"] = plot_leaderboard(report.leaderboard)
+    if len(report.baseline):
+        out["leaderboard.png"] = plot_leaderboard(report.baseline)
+    for name, part in report.sweeps.groupby("experiment", sort=False) if len(report.sweeps) else []:
+        out[f"sweep_{_anchor(str(name))}.png"] = plot_sweep(part)
     if len(report.tiers):
         out["tiers.png"] = plot_tiers(report.tiers)
     if report.agreement["judges"]:
         out["judge_agreement.png"] = plot_agreement(report.agreement)
-    if len(report.replicates):
-        out["replicates.png"] = plot_replicates(report.replicates)
     if report.noise:
         out["noise.png"] = plot_noise(report.noise)
     return out
@@ -247,15 +256,48 @@ def plots(report: Report) -> dict[str, bytes]:
 # --------------------------------------------------------------------------- files
 
 
+def experiment_tables(report: Report) -> dict[str, pd.DataFrame]:
+    """sweeps, ablations, reruns: a row per model × experiment × value, units in the column names
+    (what is written beside report.html, and what the report's MLflow run logs)."""
+    return {"sweeps": rounded(report.sweeps), "ablations": rounded(report.ablations),
+            "reruns": rounded(report.reruns)}
+
+
 def tables(report: Report) -> dict[str, pd.DataFrame]:
-    """name (without extension) → table, as written to CSV and logged to MLflow."""
+    """name (without extension) → table, as written to CSV and logged to MLflow (rounded)."""
     judges, pairs = agreement_frames(report.agreement)
-    return {"leaderboard": report.leaderboard, "matched_panel": report.matched, "paradigms": report.paradigms,
-            "tiers": report.tiers, "judges": judges, "judge_pairs": pairs,
-            "intra_rater": intra_rater_frame(report.agreement), "intra_rater_items": report.item_flips,
-            "judge_splits": report.splits, "replicates": report.replicates,
-            "replicate_tasks": report.replicate_tasks, "noise": noise_frame(report.noise), "gaps": report.gaps,
-            "comparisons": report.comparisons, "provenance": report.provenance}
+    out = {"baseline": report.baseline, **experiment_tables(report), "leaderboard": report.leaderboard,
+           "matched_panel": report.matched, "paradigms": report.paradigms,
+           "tiers": report.tiers, "judges": judges, "judge_pairs": pairs,
+           "intra_rater": intra_rater_frame(report.agreement), "intra_rater_items": report.item_flips,
+           "judge_splits": report.splits, "replicates": report.replicates,
+           "replicate_tasks": report.replicate_tasks, "noise": noise_frame(report.noise), "gaps": report.gaps,
+           "provenance": report.provenance}
+    return {name: rounded(frame) for name, frame in out.items()}
+
+
+#: Digits a CSV keeps: 1 for scores and differences (0.1 pp), 4 for the rest (p, r, alpha, tau, rates).
+SCORE_DIGITS, OTHER_DIGITS = 1, 4
+#: Columns in % or pp whose names predate the unit suffix.
+SCORE_COLUMNS = ("overall", "overall_ci_low", "overall_ci_high", "scored", "scored_ci_low", "scored_ci_high",
+                 "overall_sd", "overall_min", "overall_max", "overall_mean", "overall_range", "matched", "all")
+
+
+def rounded(frame: pd.DataFrame) -> pd.DataFrame:
+    """No unrounded float in a table: scores and differences (%, pp) to 0.1, the rest to 4 digits."""
+    out = frame.copy()
+    for column in out.columns:
+        values = out[column]
+        if not any(isinstance(v, float) for v in values):
+            continue
+        name = str(column)
+        digits = SCORE_DIGITS if name.endswith(("_pct", "_pp")) or name in SCORE_COLUMNS else OTHER_DIGITS
+        if name.endswith("_pp2") or name.endswith("_usd") or name == "usd_per_point":
+            digits = 2 if name.endswith("_pp2") else OTHER_DIGITS
+        out[column] = pd.Series([round(v, digits) if isinstance(v, float) and v == v else
+                                 (None if isinstance(v, float) else v) for v in values], index=out.index,
+                                dtype=object)
+    return out
 
 
 def _method(report: Report) -> str:
@@ -267,14 +309,17 @@ def _method(report: Report) -> str:
 
 
 def leaderboard_md(report: Report) -> str:
-    """leaderboard.md: the headline table, then the matched panel, labelled as the robustness check."""
-    return ("# WildTrace leaderboard\n\n" + _method(report) + "\n\n`overall` is the All view (every task, "
-            "failed / out-of-context / unscored as 0); `scored` is the mean over scored tasks; both in %, "
-            "each with its 95% bootstrap interval (`_ci_low`, `_ci_high`, %). `n_runs` replicates make a row; "
-            "`overall_sd` (pp), `overall_min` and `overall_max` (%) are their spread. `n_scored`, "
-            "`n_out_of_context`, `n_failed`, `n_tasks` count tasks (a replicate mean when they differ).\n\n"
-            + markdown(report.leaderboard) + "\n## Matched panel — robustness check (spec §5), not the headline\n\n"
-            + markdown(report.matched))
+    """leaderboard.md: the baseline leaderboard, every point read, then the matched panel (the robustness check)."""
+    return ("# WildTrace leaderboard\n\n" + _method(report) + "\n\nOne row per model at the baseline setting "
+            "(the spec's decoding, the full panel): `overall_pct` is the All view (every task of the dataset, "
+            "failed / out-of-context / unscored / not reached as 0) with its 95% interval (`ci_low_pct`, "
+            "`ci_high_pct`); `rank` with its bootstrap interval and `p_rank1_pct`, the share of resamples where "
+            "the model ranks first.\n\n" + markdown(tables(report)["baseline"])
+            + "\n## Every point read (sweep and ablation points included)\n\n`overall` is the All view; `scored` "
+            "the mean over scored tasks; both in %, each with its 95% bootstrap interval (`_ci_low`, `_ci_high`, "
+            "%). `n_runs` replicates make a row; `overall_sd` (pp), `overall_min` and `overall_max` (%) are their "
+            "spread.\n\n" + markdown(tables(report)["leaderboard"])
+            + "\n## Matched panel — robustness check (spec §5), not the headline\n\n" + markdown(report.matched))
 
 
 def _img(png: bytes | None, alt: str) -> str:
@@ -384,84 +429,111 @@ def _rates_in_pct(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _signed(low: Any, high: Any) -> str:
-    """A difference's interval, signs shown: "−1.20 to +3.40"."""
-    if low is None or high is None or low != low or high != high:
-        return "—"
-    return f"{low:+.2f} to {high:+.2f}".replace("-", "−")
+#: Terms the page explains where they first appear.
+TERMS = {
+    "interval": "95% interval: the range a score or difference would take over 95% of re-draws of the tasks "
+                "(below 30 tasks a t interval, flagged <em>small n</em>; else a percentile bootstrap over tasks).",
+    "paired": "Paired difference: the mean over tasks of (point − reference) on each task's score averaged over "
+              "the point's replicates; its interval and p-value are a paired t-test over tasks. Replicates are "
+              "averaged, not resampled again, so judge and answer noise count once, inside the per-task "
+              "differences. <em>distinguishable</em>: Holm-adjusted p &lt; 0.05 across the comparisons of one "
+              "table.",
+    "alpha": "Krippendorff's alpha (interval): agreement on the interval metric, (a − b)² between scores; 1 is "
+             "perfect, 0 chance. Read from the lower end of its interval: ≥ 0.8 reliable, ≥ 0.667 tentative.",
+    "icc": "ICC(3,k): the reliability of the panel's mean score (a judge's constant offset is not "
+           "disagreement there: the headline averages the judges).",
+    "variance": "Variance components (pp², per grading of a task): tasks (how much tasks differ), answers "
+                "(decoding replicates of one task that came back different), judges (gradings of the same answer "
+                "bytes); expected mean squares, each with an interval over tasks; a negative estimate is shown "
+                "and flagged, not floored. Identical answers graded once from the cache count once. "
+                "row sd (pp): the sd of the point's score they imply.",
+}
 
 
-def gaps_view(frame: pd.DataFrame) -> pd.DataFrame:
-    """comparisons or gaps for the page (it must fit 1400 px): each interval in one column, the
-    within-noise flag as its words, the judges' drift last."""
-    if frame.empty:
-        return frame
-    out = frame.copy()
-    if "noise_ci_low_pp" in out:  # comparisons: the task-only interval beside the one with replicates
-        out["95% CI, tasks only (pp)"] = [_signed(lo, hi) for lo, hi in
-                                          zip(out["ci_low_pp"], out["ci_high_pp"], strict=True)]
-        low, high = "noise_ci_low_pp", "noise_ci_high_pp"
-    else:
-        low, high = "ci_low_pp", "ci_high_pp"
-    out["95% CI, tasks and replicates (pp)"] = [_signed(lo, hi) for lo, hi in zip(out[low], out[high], strict=True)]
-    out = out.drop(columns=[c for c in ("ci_low_pp", "ci_high_pp", "noise_ci_low_pp", "noise_ci_high_pp",
-                                        "within_noise") if c in out])
-    last = [c for c in ("noise", "judge_drift") if c in out]
-    return out[[c for c in out.columns if c not in last] + last]
+def _term(name: str) -> str:
+    return f'<p class="term">{TERMS[name]}</p>'
 
 
-def _gap_words(frame: pd.DataFrame) -> str:
-    if frame.empty:
-        return ""
-    within = sum(value is True or value is np.True_ for value in frame["within_noise"])  # None is neither
-    return (f"<p>{within} of {len(frame)} within noise: the interval from resampling the tasks and, where "
-            "a row has them, its replicates holds 0, so the difference may be task sampling and judge (or "
-            "answer) noise alone. <em>against noise</em> says which noise was measured.</p>")
+def _contents() -> str:
+    return "<nav><b>Contents</b><ol>" + "".join(f'<li><a href="#{sid}">{html.escape(title)}</a></li>'
+                                                 for sid, title in SECTIONS.items()) + "</ol></nav>"
+
+
+def _sweeps_html(report: Report, pngs: dict[str, bytes]) -> str:
+    if report.sweeps.empty:
+        return "<p><em>(no sweep: no two points of one model differ in exactly one setting)</em></p>"
+    parts = [_term("paired")]
+    for name, part in report.sweeps.groupby("experiment", sort=False):
+        budget = str(part["key"].iloc[0]).endswith(("max_tokens", "reasoning_effort"))
+        keep = ["value", "point", "n_runs", "n_tasks", "overall_pct", "ci_low_pct", "ci_high_pct", "reference",
+                "diff_pp", "diff_ci_low_pp", "diff_ci_high_pp", "p_holm", "distinguishable", "small_n"]
+        if budget:
+            keep += ["truncated_pct", "mean_output_tokens", "mean_reasoning_tokens", "over_judge_limit_pct",
+                     "cost_usd", "usd_per_point"]
+        sid = _anchor(str(name))
+        parts.append(f'<h3 id="{sid}">{html.escape(str(name))}</h3>'
+                     + _img(pngs.get(f"sweep_{sid}.png"), f"score over {name}") + _table(part[keep]))
+    return "".join(parts)
+
+
+def _anchor(name: str) -> str:
+    return "".join(ch if ch.isalnum() else "-" for ch in name.lower()).strip("-")
+
+
+def _ablations_html(report: Report) -> str:
+    if report.ablations.empty:
+        return "<p><em>(no ablation: no two points differ only in the panel's judges)</em></p>"
+    return ("<p>Each variant's score beside the full panel's on the same answers, the paired difference, each "
+            "model's rank under both panels, Kendall τ between the two rankings of the models ablated the same "
+            "way (with a bootstrap interval over tasks; undefined with fewer than two models) and the tasks whose "
+            "score moved most.</p>" + _term("paired") + _table(report.ablations.drop(columns=["experiment"])))
+
+
+def _reruns_html(report: Report, pngs: dict[str, bytes]) -> str:
+    intra = intra_rater_frame(report.agreement)
+    return ("<p>Each point with two or more runs: the spread of its score over the runs, the variance split and "
+            "each judge against itself.</p>" + _term("variance")
+            + _table(report.reruns.drop(columns=["experiment"]) if len(report.reruns) else report.reruns,
+                     "(no point with replicates)")
+            + _img(pngs.get("noise.png"), "variance by source")
+            + "<h3>Each judge against itself (intra-rater)</h3>" + _term("alpha")
+            + _table(intra, "(no judge replicate: run the same answers with judge_panel.replicate=1,2)"))
 
 
 def page(report: Report, pngs: dict[str, bytes]) -> str:
-    """report.html: every section by id, tables and plots inline, nothing fetched."""
-    replicates = report.replicates.copy()
-    if len(replicates):
-        replicates["task_sd_mean_pp"] = 100.0 * replicates.pop("task_sd_mean")
-        replicates["task_range_max_pp"] = 100.0 * replicates.pop("task_range_max")
+    """report.html: a contents list, every section by id, tables and plots inline, nothing fetched."""
+    gaps = report.gaps
     body = {
-        "leaderboard": _table(leaderboard_view(report.leaderboard)) + _img(pngs.get("leaderboard.png"), "leaderboard"),
-        "matched-panel": "<p>Each row's mean over the tasks every row scored. It drops the long-context "
-                         "failures the All view counts: a robustness check only.</p>" + _table(report.matched),
-        "paradigms-tiers": "<h3>By paradigm</h3>" + _table(report.paradigms) + "<h3>By context tier</h3>"
-                           + _table(report.tiers) + _img(pngs.get("tiers.png"), "score by context tier"),
+        "leaderboard": "<p>One row per model at the baseline setting: the spec's decoding and the full judge "
+                       "panel (a model without such a point shows its closest one, with what differs in "
+                       "<em>not_spec_setting</em>). Scores in %, All view. Rank: 1 is best; its interval and "
+                       "P(rank 1) come from a bootstrap over tasks.</p>" + _term("interval")
+                       + _table(report.baseline, "(no run)") + _img(pngs.get("leaderboard.png"), "leaderboard")
+                       + "<h3>Neighbouring rows</h3>" + _term("paired")
+                       + _table(gaps, "(fewer than two models)"),
+        "sweeps": _sweeps_html(report, pngs),
+        "ablations": _ablations_html(report),
+        "reruns": _reruns_html(report, pngs),
         "judge-agreement": _judge_agreement_html(report, pngs),
         "judge-splits": "<p>Rubric items where the judges of one run gave different points to the same answer, "
                         "most often first (top 20): each judge's mean points for the item.</p>"
                         + _table(_rates_in_pct(report.splits),
                                  "(no per-item points: judgments.json not read, or the judges never split)"),
-        "replicates": _table(replicates) + _img(pngs.get("replicates.png"), "replicate spread"),
-        "noise": "<p>For each row with replicates: the standard deviation of its overall score (pp) from task "
-                 "sampling (bootstrap over tasks), answer sampling (decoding replicates) and judge sampling (judge "
-                 "replicates), a nested design (docs/experiments/report-noise.md). A source that cannot be told "
-                 "apart from "
-                 "another is not estimable and says why. These are the spreads of the row's score, the mean of "
-                 "its runs: one run's judge spread is √(runs) times larger. #replicates' sd across runs measures "
-                 "that directly, but from a few runs it is itself rough.</p>"
-                 + _table(noise_frame(report.noise), "(no row with replicates)")
-                 + _img(pngs.get("noise.png"), "variance by source"),
-        "gaps": "<p>Each pair of neighbouring leaderboard rows: upper − lower over the tasks both ran, with a 95% "
-                "interval from a paired bootstrap over tasks that also resamples each row's replicates.</p>"
-                + _gap_words(report.gaps) + _table(gaps_view(report.gaps), "(fewer than two rows)"),
-        "comparisons": "<p>Pairs of rows that differ in exactly one setting; diff = b − a over the tasks "
-                       "both ran (All view, percentage points). The first interval resamples tasks only; the one "
-                       "with replicates also resamples each row's answer sets and gradings, and decides "
-                       "<em>against noise</em>. <em>judges differ in</em> names a change of served model, route, "
-                       "settings or prompt digest between the runs compared.</p>"
-                       + _gap_words(report.comparisons) + _table(gaps_view(report.comparisons)),
+        "paradigms-tiers": "<h3>By paradigm (%)</h3>" + _table(report.paradigms) + "<h3>By context tier (%)</h3>"
+                           + _table(report.tiers) + _img(pngs.get("tiers.png"), "score by context tier"),
+        "points": "<p>Every point (replicate group) read, sweep and ablation points included, with both views "
+                  "(%); n_unscored counts tasks every judge failed on (0 in the All view), n_not_reached the "
+                  "tasks a stopped run never reached (0 in the All view).</p>"
+                  + _table(leaderboard_view(report.leaderboard)),
+        "matched-panel": "<p>Each row's mean over the tasks every row scored (%). It drops the long-context "
+                         "failures the All view counts: a robustness check only.</p>" + _table(report.matched),
         "provenance": _table(report.provenance),
     }
     sections = "".join(f'<section id="{sid}"><h2>{html.escape(title)}</h2>{body[sid]}</section>'
                        for sid, title in SECTIONS.items())
     return (f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>WildTrace report</title>"
             f"<style>{CSS}</style></head><body><h1>WildTrace report</h1><p>{html.escape(_method(report))}</p>"
-            f"{sections}</body></html>")
+            f"{_contents()}{sections}</body></html>")
 
 
 def _json_default(value: Any) -> Any:

@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from wildtrace.core.prompts import JUDGE_RESPONSE, JUDGE_RUBRIC
 from wildtrace.report.tables import RunData
 
@@ -25,6 +27,8 @@ log = logging.getLogger(__name__)
 
 #: The files a run writes that the report reads (responses.json is optional).
 FILES = ("config.json", "run_stats.json", "scores.json", "responses.json", "judgments.json")
+#: A multirun child's tag naming the keys its sweep varied, comma-separated.
+SWEPT_TAG = "wildtrace.swept"
 NOT_BENCHMARK = {"wildtrace.sweep": "parent", "wildtrace.kind": "report"}
 #: A run file larger than this is not read (a report must not be made to load anything).
 MAX_FILE_BYTES = 512 * 1024 * 1024
@@ -141,6 +145,29 @@ def expand(patterns: Sequence[str]) -> list[Path]:
     return list(found)
 
 
+def swept_keys(overrides: Any) -> list[str]:
+    """The keys a multirun swept: its overrides whose value is a choice list (``a=x,y``, ``range(…)``)."""
+    out = []
+    for override in overrides if isinstance(overrides, list) else []:
+        key, sep, value = str(override).partition("=")
+        if sep and ("," in value or value.startswith(("range(", "choice(", "glob("))) \
+                and not value.startswith(("[", "{", "'", '"')):
+            out.append(key.lstrip("+~"))
+    return sorted(out)
+
+
+def _swept_of(folder: Path) -> list[str]:
+    """The multirun's swept keys, from the sweep folder's multirun.yaml (a job's parent folder)."""
+    path = folder.parent / "multirun.yaml"
+    if not path.is_file():
+        return []
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError):
+        return []
+    return swept_keys(((data.get("hydra") or {}).get("overrides") or {}).get("task"))
+
+
 def from_run_dirs(patterns: Sequence[str], with_responses: bool = True,
                   with_judgments: bool = True) -> list[RunData]:
     """RunData for every judged run directory the patterns name; the id is the MLflow run id if logged."""
@@ -150,6 +177,7 @@ def from_run_dirs(patterns: Sequence[str], with_responses: bool = True,
         run_id = marker.get("run_id") if isinstance(marker, dict) and marker.get("run_id") else str(folder)
         run = _from_files(str(run_id), "run_dir", folder, with_responses, with_judgments)
         if run is not None:
+            run.swept = _swept_of(folder)
             runs.append(run)
     return runs
 
@@ -186,5 +214,6 @@ def from_mlflow(tracking_uri: str, experiment: str, filter_string: str = "", max
                     client.download_artifacts(mlrun.info.run_id, name, tmp)
             run = _from_files(mlrun.info.run_id, "mlflow", Path(tmp), with_responses, with_judgments)
         if run is not None:
+            run.swept = sorted(k for k in mlrun.data.tags.get(SWEPT_TAG, "").split(",") if k)
             runs.append(run)
     return runs

@@ -23,12 +23,9 @@ from wildtrace.core import frames, views
 from wildtrace.core.judging import ReplyReason
 from wildtrace.core.records import AnswerStatus, JudgmentStatus, TaskStatus
 from wildtrace.report import noise, stats
+from wildtrace.report.labels import RUN_SPECIFIC, label_groups
 from wildtrace.report.stats import DEFAULT_BOOTSTRAP, Bootstrap
 
-#: Config keys that name where or when a run happened, not what it did.
-RUN_SPECIFIC = ("out_dir", "progress", "root", "cache", "mlflow", "responses")
-#: The settings a one-setting comparison may differ in (label → how to read it).
-COMPARED = ("temperature", "max_tokens", "panel", "reasoning_effort")
 
 
 @dataclass
@@ -44,6 +41,8 @@ class RunData:
     #: judgments.json slimmed (sources.slim_judgments): question_id, judge, status, points per rubric item
     judgments: list[dict] | None = None
     rubrics: dict[str, list[str]] = field(default_factory=dict)  #: question_id → rubric criteria, when read
+    #: the keys its multirun swept (its own sweep overrides, e.g. decoding.temperature), when it was one
+    swept: list[str] = field(default_factory=list)
     #: tasks_of's result, kept: every table needs it and core.frames.task_scores is not cheap
     tasks_cache: pd.DataFrame | None = field(default=None, repr=False, compare=False)
 
@@ -106,16 +105,6 @@ def replicate_key(run: RunData) -> str:
     return _sha(c)
 
 
-def base_key(run: RunData) -> str:
-    """Hash of the config without replicates and the COMPARED settings (and the panel's judges)."""
-    c = _comparable_config(run)
-    for key in ("replicate", "temperature", "max_tokens", "reasoning_effort"):
-        c["decoding"].pop(key, None)
-    c.pop("judge_panel", None)
-    c.pop("_effective_max_tokens", None)
-    return _sha(c)
-
-
 def dedupe(runs: Iterable[RunData]) -> tuple[list[RunData], dict[str, str]]:
     """Identical runs (same config and same outcomes) count once: the oldest is kept.
 
@@ -133,39 +122,13 @@ def dedupe(runs: Iterable[RunData]) -> tuple[list[RunData], dict[str, str]]:
 
 
 def group_runs(runs: Sequence[RunData]) -> list[Group]:
-    """Replicate groups, each labelled by its model and the settings that tell groups apart."""
+    """Replicate groups, each with its stable label (experiments.label_groups)."""
     groups: dict[str, Group] = {}
     for run in runs:
         groups.setdefault(replicate_key(run), Group(replicate_key(run), [])).runs.append(run)
     out = list(groups.values())
-    _label(out)
+    label_groups(out)
     return out
-
-
-def _judges_split_a_panel(by_model: dict[str, list[dict]]) -> bool:
-    """True when two rows of one model share a panel name but not its judges (a dropped judge)."""
-    return any(len({s["judges"] for s in same if s["panel"] == panel}) > 1
-               for same in by_model.values() for panel in {s["panel"] for s in same})
-
-
-def _label(groups: list[Group]) -> None:
-    """Name each group by its model and the settings that tell two rows of one model apart."""
-    shown = ("route", "panel", "judges", "temperature", "max_tokens", "reasoning_effort", "release")
-    settings = [setting(g.runs[0]) for g in groups]
-    by_model: dict[str, list[dict]] = {}
-    for s in settings:
-        by_model.setdefault(s["model"], []).append(s)
-    # a setting is shown when it tells apart two rows of the same model
-    varying = [k for k in shown if any(len({str(s[k]) for s in same}) > 1 for same in by_model.values())]
-    if "panel" in varying and "judges" in varying and not _judges_split_a_panel(by_model):
-        varying.remove("judges")  # the panel's name already says which judges
-    short = {"temperature": "t", "max_tokens": "mt", "reasoning_effort": "effort"}
-    seen: dict[str, int] = {}
-    for group, s in zip(groups, settings, strict=True):
-        parts = [s["model"]] + [f"{short.get(k, k)}={s[k]}" for k in varying]
-        label = " · ".join(parts)
-        seen[label] = seen.get(label, 0) + 1
-        group.label = label if seen[label] == 1 else f"{label} #{seen[label]}"
 
 
 # --------------------------------------------------------------------------- per run
@@ -210,21 +173,58 @@ def meta_of(runs: Iterable[RunData]) -> pd.DataFrame:
     return pd.DataFrame(list(rows.values()), columns=[views.QID, views.PARADIGM, views.TIER])
 
 
-def task_matrix(group: Group) -> pd.DataFrame:
-    """Tasks × runs of the group: the score, NaN where the run did not score the task."""
+#: Row names of the tasks a stopped run never reached (the All view counts them 0).
+NOT_REACHED = "(not reached {})"
+
+
+def dataset_size(runs: Iterable[RunData]) -> int:
+    """The dataset's task count the runs were asked for (run_stats.json), 0 when none says."""
+    sizes = [(r.stats.get("dataset") or {}).get("n_tasks") for r in runs]
+    return max([int(n) for n in sizes if isinstance(n, int) and not isinstance(n, bool)], default=0)
+
+
+def universe(runs: Sequence[RunData]) -> list[str]:
+    """Every task the runs hold, plus a placeholder for each task of the dataset none of them
+    reached: a stopped run is zero-filled to the dataset's task count, never divided by the
+    tasks it finished."""
+    seen = sorted({str(t["question_id"]) for r in runs for t in r.scores.get("tasks", [])})
+    return seen + [NOT_REACHED.format(i) for i in range(1, dataset_size(runs) - len(seen) + 1)]
+
+
+def task_matrix(group: Group, tasks: Sequence[str] | None = None) -> pd.DataFrame:
+    """Tasks × runs of the group: the score, NaN where the run did not score the task (or never
+    reached it); rows are ``tasks`` (default the group's own universe)."""
     columns = {}
     for run in group.runs:
         frame = tasks_of(run)
         scores = frame[views.SCORE].astype(float).where(frame[views.STATUS] == TaskStatus.SCORED)
-        columns[run.run_id] = pd.Series(scores.values, index=frame[views.QID])
-    return pd.DataFrame(columns).sort_index()
+        columns[run.run_id] = pd.Series(scores.values, index=frame[views.QID].astype(str))
+    return pd.DataFrame(columns).reindex(list(tasks) if tasks is not None else universe(group.runs))
+
+
+def averaged(group: Group, tasks: Sequence[str] | None = None) -> pd.Series:
+    """The All view's per-task score of a group: unscored 0, the mean over its replicates."""
+    return task_matrix(group, tasks).fillna(0.0).mean(axis=1)
+
+
+def paired(a: Group, b: Group, level: float = stats.LEVEL) -> dict:
+    """b − a on the per-task, replicate-averaged All-view scores over both rows' task universe
+    (a paired t: the tasks are the one resampling unit; replicates are averaged, not resampled)."""
+    tasks = universe([*a.runs, *b.runs])
+    d = stats.paired_t((averaged(b, tasks) - averaged(a, tasks)).to_numpy(), level)
+    return d
 
 
 def _counts(run: RunData) -> dict[str, int]:
+    """Task counts of one run: n_tasks is the dataset's (a stopped run's unreached tasks are in
+    n_not_reached); n_unscored counts the tasks every judge failed on (0 in the All view, flagged)."""
     statuses = tasks_of(run)[views.STATUS].value_counts()
-    return {"n_tasks": int(statuses.sum()), "n_scored": int(statuses.get(TaskStatus.SCORED, 0)),
+    held = int(statuses.sum())
+    total = max(held, dataset_size([run]))
+    return {"n_tasks": total, "n_scored": int(statuses.get(TaskStatus.SCORED, 0)),
             "n_out_of_context": int(statuses.get(TaskStatus.OUT_OF_CONTEXT, 0)),
-            "n_failed": int(statuses.get(TaskStatus.FAILED, 0))}
+            "n_failed": int(statuses.get(TaskStatus.FAILED, 0)),
+            "n_unscored": int(statuses.get(TaskStatus.UNSCORED, 0)), "n_not_reached": total - held}
 
 
 def cost_columns(runs: Sequence[RunData], overall: float | None) -> dict[str, float | None]:
@@ -267,7 +267,8 @@ def leaderboard(groups: Sequence[Group], boot: Bootstrap = DEFAULT_BOOTSTRAP) ->
             "overall": o["mean"], "overall_ci_low": _pct(olo), "overall_ci_high": _pct(ohi),
             "scored": sc["mean"], "scored_ci_low": _pct(slo), "scored_ci_high": _pct(shi),
             "n_runs": len(g.runs), "overall_sd": o["sd"], "overall_min": o["min"], "overall_max": o["max"],
-            **{k: _count(counts[k]) for k in ("n_scored", "n_out_of_context", "n_failed", "n_tasks")},
+            **{k: _count(counts[k]) for k in ("n_scored", "n_out_of_context", "n_failed", "n_unscored",
+                                              "n_not_reached", "n_tasks")},
             **cost_columns(g.runs, o["mean"]),
         })
     frame = pd.DataFrame(rows)
@@ -307,14 +308,18 @@ def breakdowns(groups: Sequence[Group], by: str) -> pd.DataFrame:
     return out
 
 
-def judge_agreement(runs: Sequence[RunData]) -> dict[str, Any]:
-    """Pooled over runs (a unit = one run's task): per judge mean, bias, unavailable rate;
-    per pair Pearson, Spearman, mean |a − b| and n; Krippendorff's alpha (interval)."""
-    long = pd.concat([judgments_of(r, unit_prefix=f"{r.run_id}/") for r in runs], ignore_index=True) \
-        if runs else frames.judgments_frame([])
+def judge_agreement(runs: Sequence[RunData], boot: Bootstrap = DEFAULT_BOOTSTRAP) -> dict[str, Any]:
+    """Pooled over runs, a unit = one distinct answer (its replicates averaged per judge): per
+    judge mean, bias, unavailable rate; per pair Pearson, Spearman, mean |a − b| and n;
+    Krippendorff's alpha (interval metric) with a bootstrap interval over units; ICC(3,k), the
+    reliability of the panel's mean (a judge's constant offset is not disagreement there)."""
+    long = pd.concat([_by_answer(r) for r in runs], ignore_index=True) if runs else frames.judgments_frame([])
+    if len(long):  # a grading served from the cache (an ablation, identical answers) is one grading
+        long = long.drop_duplicates([views.QID, views.JUDGE, JUDGE_REPLICATE]).drop(columns=[JUDGE_REPLICATE])
     if not len(long):
         return {"judges": {}, "pairs": {}, "krippendorff_alpha_interval": None, "n_units": 0}
     ok = long[long[views.STATUS] == JudgmentStatus.SCORED]
+    # a unit is one distinct answer; a judge's replicates (and cached copies) of it are averaged
     table = ok.pivot_table(index=views.QID, columns=views.JUDGE, values=views.SCORE, aggfunc="mean")
     panel = table.mean(axis=1)
     judges = frames.judge_means(long)
@@ -329,9 +334,31 @@ def judge_agreement(runs: Sequence[RunData]) -> dict[str, Any]:
         row.pop("corr")  # recomputed: views' std() > 0 test lets a constant float side through
         row["pearson"] = stats.pearson(both[a], both[b]) if len(both) else None
         row["spearman"] = stats.spearman(both[a], both[b]) if len(both) else None
-    alpha = stats.krippendorff_interval(table.T.to_numpy()) if table.shape[1] >= 2 else None
-    return {"judges": judges, "pairs": pairs, "krippendorff_alpha_interval": alpha, "n_units": len(table),
-            "n_runs": len(runs)}
+    units = table.T.to_numpy()
+    alpha = stats.krippendorff_interval(units) if table.shape[1] >= 2 else None
+    low, high = stats.krippendorff_bootstrap(units, boot) if alpha is not None else (None, None)
+    icc = stats.icc_consistency_average(table.to_numpy()) if table.shape[1] >= 2 else None
+    return {"judges": judges, "pairs": pairs, "krippendorff_alpha_interval": alpha,
+            "krippendorff_alpha_ci": [low, high], "icc_3k": icc, "n_units": len(table),
+            "n_complete_units": int(table.notna().all(axis=1).sum()), "n_runs": len(runs)}
+
+
+def _by_answer(run: RunData) -> pd.DataFrame:
+    """judgments_of with the unit a distinct answer: the answers' settings (no decoding replicate)
+    and the answer bytes, so replicates and cached copies of one answer are one unit."""
+    c = _comparable_config(run)
+    c.pop("judge_panel", None)
+    replicate = c.get("decoding", {}).pop("replicate", 0)
+    base, shas = _sha(c)[:16], _answer_shas(run)
+    long = judgments_of(run)
+    long[views.QID] = [f"{base}/{q}/{shas.get(str(q)) or f'decoding replicate {replicate}'}"
+                       for q in long[views.QID]]
+    long[JUDGE_REPLICATE] = run.config["judge_panel"].get("replicate", 0)
+    return long
+
+
+#: The long frame's column of the judge replicate a grading belongs to.
+JUDGE_REPLICATE = "judge_replicate"
 
 
 def _varies(g: Group) -> str:
@@ -362,40 +389,17 @@ def replicates(groups: Sequence[Group]) -> tuple[pd.DataFrame, pd.DataFrame]:
     return pd.DataFrame(summary), pd.DataFrame(per_task)
 
 
-def _compared_value(g: Group, name: str) -> Any:
-    s = setting(g.runs[0])
-    return f"{s['panel']} ({s['judges']})" if name == "panel" else s[name]
+def comparison_columns(d: dict, holm_p: float | None = None) -> dict:
+    """A paired t's result as report columns (pp; p-values; the verdict in words)."""
+    p = d["p_value"] if holm_p is None else holm_p
+    return {"diff_pp": _pct(d["mean_diff"]), "ci_low_pp": _pct(d["ci_low"]), "ci_high_pp": _pct(d["ci_high"]),
+            "sd_diff_pp": _pct(d["sd_diff"]), "n_tasks": d["n"], "p_value": d["p_value"],
+            "distinguishable": None if p is None else bool(p < 1.0 - LEVEL_FOR_WORDS),
+            "small_n": d["small_n"]}
 
 
-def _order(value: Any) -> tuple:
-    return (0, float(value), "") if isinstance(value, (int, float)) else (1, 0.0, str(value))
-
-
-def _compare(a: Group, b: Group, name: str, boot: Bootstrap) -> dict:
-    """One paired comparison; a is the lower setting, so diff = b − a reads "raising it changes by"."""
-    if _order(_compared_value(b, name)) < _order(_compared_value(a, name)):
-        a, b = b, a
-    ma, mb = task_matrix(a).fillna(0.0).mean(axis=1), task_matrix(b).fillna(0.0).mean(axis=1)
-    common = ma.index.intersection(mb.index)
-    d = stats.paired_difference(ma[common].to_numpy(), mb[common].to_numpy(), boot)
-    return {"setting": name, "a": a.label, "b": b.label, "value_a": _compared_value(a, name),
-            "value_b": _compared_value(b, name), "overall_a": _pct(float(ma[common].mean())),
-            "overall_b": _pct(float(mb[common].mean())), "diff_pp": _pct(d["mean_diff"]),
-            "ci_low_pp": _pct(d["ci_low"]), "ci_high_pp": _pct(d["ci_high"]), "n_tasks": d["n"]}
-
-
-def comparisons(groups: Sequence[Group], boot: Bootstrap = DEFAULT_BOOTSTRAP) -> pd.DataFrame:
-    """Pairs of rows that differ in exactly one COMPARED setting: paired per-task difference
-    of the All-view score (b − a, percentage points) with its bootstrap interval."""
-    rows = []
-    for i, first in enumerate(groups):
-        for second in groups[i + 1:]:
-            if base_key(first.runs[0]) != base_key(second.runs[0]):
-                continue
-            differ = [n for n in COMPARED if str(_compared_value(first, n)) != str(_compared_value(second, n))]
-            if len(differ) == 1:
-                rows.append(_compare(first, second, differ[0], boot))
-    return pd.DataFrame(rows)
+#: The level the words "distinguishable" are read at (two-sided 5 %).
+LEVEL_FOR_WORDS = 0.95
 
 
 def provenance(groups: Sequence[Group], duplicates: dict[str, str]) -> pd.DataFrame:
@@ -510,7 +514,8 @@ def judge_failures(runs: Sequence[RunData]) -> dict[str, dict[str, int]]:
     return out
 
 
-def with_judge_noise(agreement: dict[str, Any], runs: Sequence[RunData]) -> tuple[dict[str, Any], pd.DataFrame]:
+def with_judge_noise(agreement: dict[str, Any], runs: Sequence[RunData],
+                     boot: Bootstrap = DEFAULT_BOOTSTRAP) -> tuple[dict[str, Any], pd.DataFrame]:
     """judge_agreement plus each judge against itself ("intra_rater", "intra_rater_items") and
     its failure counts; and the per-item flip table."""
     scores, items = judge_replicate_frames(runs)
@@ -518,7 +523,7 @@ def with_judge_noise(agreement: dict[str, Any], runs: Sequence[RunData]) -> tupl
     for judge, counts in judge_failures(runs).items():
         if judge in agreement.get("judges", {}):
             agreement["judges"][judge].update(counts)
-    return {**agreement, "intra_rater": noise.intra_rater(scores), "intra_rater_items": per_item}, flips
+    return {**agreement, "intra_rater": noise.intra_rater(scores, boot), "intra_rater_items": per_item}, flips
 
 
 def judge_splits(runs: Sequence[RunData], top: int = 20) -> pd.DataFrame:
@@ -531,21 +536,36 @@ def judge_splits(runs: Sequence[RunData], top: int = 20) -> pd.DataFrame:
     return noise.judge_splits(frame, criteria_of(runs), top)
 
 
-def _answer_ids(g: Group) -> list[int]:
-    return [setting(r)["replicate_decoding"] for r in g.runs]
+def gradings(g: Group, tasks: Sequence[str] | None = None) -> list[list[list[float]]]:
+    """Per task, per distinct answer, its distinct gradings (All-view scores, unscored 0).
+
+    An answer is its bytes (responses.json; the decoding replicate where it was not read); a
+    grading is one judge replicate of that answer. Answer replicates that came back
+    byte-identical were graded once (the judge cache's key is the prompt and the judge
+    replicate): their copies are the same grading and count once.
+    """
+    m = task_matrix(g, tasks).fillna(0.0)
+    shas = [_answer_shas(r) for r in g.runs]
+    out = []
+    for qid, row in m.iterrows():
+        answers: dict[str, dict[int, float]] = {}
+        for run, sha, value in zip(g.runs, shas, row.to_numpy(), strict=True):
+            answer = sha.get(str(qid)) or f"decoding replicate {setting(run)['replicate_decoding']}"
+            answers.setdefault(answer, {}).setdefault(setting(run)["replicate_judge_panel"], float(value))
+        out.append([list(grades.values()) for grades in answers.values()])
+    return out
 
 
 def noise_rows(groups: Sequence[Group], boot: Bootstrap = DEFAULT_BOOTSTRAP) -> list[dict]:
-    """noise.json's rows: for each row with replicates, the sd (pp) of its overall from tasks,
-    answers and judges, with the reason for any that cannot be told apart."""
+    """noise.json's rows: for each row with replicates, the variance components (pp², expected
+    mean squares) of one grading's task score from tasks, answers and judges with bootstrap
+    intervals over tasks; a negative estimate kept and flagged; the sd of the row's score."""
     rows = []
     for g in groups:
         if len(g.runs) < 2:
             continue
-        part = noise.decompose(task_matrix(g).fillna(0.0).to_numpy(), _answer_ids(g), boot)
-        rows.append({"model": g.label, "sd_pp": noise.sd_pp(part["var"]),
-                     "n_answer_replicates": part["n_answer_replicates"],
-                     "n_judge_replicates": part["n_judge_replicates"], "not_estimable": part["notes"]})
+        cells = gradings(g)
+        rows.append({"model": g.label, "n_runs": len(g.runs), **noise.split(cells, boot)})
     return rows
 
 
@@ -593,86 +613,22 @@ def with_replicate_drift(groups: Sequence[Group], summary: pd.DataFrame) -> pd.D
     return out
 
 
-def _paired_noise(a: Group, b: Group, boot: Bootstrap) -> dict:
-    """noise.noisy_difference over the tasks both rows ran (b − a)."""
-    ma, mb = task_matrix(a).fillna(0.0), task_matrix(b).fillna(0.0)
-    common = ma.index.intersection(mb.index)
-    d = noise.noisy_difference(ma.loc[common].to_numpy(), _answer_ids(a), mb.loc[common].to_numpy(),
-                               _answer_ids(b), boot)
-    judged = any(len(s) > 1 for g in (a, b) for s in noise.answer_sets(_answer_ids(g)))
-    answered = any(len(set(_answer_ids(g))) > 1 for g in (a, b))
-    return {**d, "words": noise.noise_words(d["within_noise"], judged, answered), "drift": drift(a, b)}
-
-
-def mark_noise(groups: Sequence[Group], frame: pd.DataFrame, boot: Bootstrap = DEFAULT_BOOTSTRAP) -> pd.DataFrame:
-    """comparisons plus within_noise: does b − a hold once the replicates are resampled too?"""
-    if frame.empty:
-        return frame
-    by_label = {g.label: g for g in groups}
-    marks = [_paired_noise(by_label[a], by_label[b], boot) for a, b in zip(frame["a"], frame["b"], strict=True)]
-    out = frame.copy()
-    out["noise_ci_low_pp"] = [_pct(m["ci_low"]) for m in marks]
-    out["noise_ci_high_pp"] = [_pct(m["ci_high"]) for m in marks]
-    out["within_noise"] = [m["within_noise"] for m in marks]
-    out["noise"] = [m["words"] for m in marks]
-    out["judge_drift"] = [m["drift"] for m in marks]
-    return out
-
-
 def leaderboard_gaps(groups: Sequence[Group], board: pd.DataFrame, boot: Bootstrap = DEFAULT_BOOTSTRAP) -> pd.DataFrame:
-    """Each pair of adjacent leaderboard rows: upper − lower over the tasks both ran, with the
-    interval from resampling tasks and replicates, and whether the gap is within noise."""
-    columns = ["rank", "upper", "lower", "gap_pp", "ci_low_pp", "ci_high_pp", "n_tasks", "within_noise", "noise",
-               "judge_drift"]
+    """Each pair of adjacent leaderboard rows: upper − lower, a paired t over the per-task,
+    replicate-averaged scores, its p-value Holm-adjusted across the leaderboard's gaps."""
+    columns = ["rank", "upper", "lower", "gap_pp", "ci_low_pp", "ci_high_pp", "sd_diff_pp", "n_tasks", "p_value",
+               "p_holm", "distinguishable", "small_n", "judge_drift"]
     if len(board) < 2:
         return pd.DataFrame(columns=columns)
     by_label = {g.label: g for g in groups}
-    rows = []
+    tests = []
     # neighbours: the second column is one shorter, so the last row pairs with nothing
-    for rank, (upper, lower) in enumerate(zip(board["model"], board["model"].iloc[1:], strict=False), start=1):
-        m = _paired_noise(by_label[lower], by_label[upper], boot)
-        rows.append({"rank": rank, "upper": upper, "lower": lower, "gap_pp": _pct(m["mean_diff"]),
-                     "ci_low_pp": _pct(m["ci_low"]), "ci_high_pp": _pct(m["ci_high"]), "n_tasks": m["n"],
-                     "within_noise": m["within_noise"], "noise": m["words"], "judge_drift": m["drift"]})
+    for upper, lower in zip(board["model"], board["model"].iloc[1:], strict=False):
+        tests.append((upper, lower, paired(by_label[lower], by_label[upper], boot.level)))
+    adjusted = stats.holm([d["p_value"] for _, _, d in tests])
+    rows = []
+    for rank, ((upper, lower, d), p) in enumerate(zip(tests, adjusted, strict=True), start=1):
+        cols = comparison_columns(d, p)
+        rows.append({"rank": rank, "upper": upper, "lower": lower, "gap_pp": cols.pop("diff_pp"), **cols,
+                     "p_holm": p, "judge_drift": drift(by_label[lower], by_label[upper])})
     return pd.DataFrame(rows, columns=columns)
-
-
-@dataclass
-class Report:
-    """Every table of one report."""
-
-    leaderboard: pd.DataFrame
-    matched: pd.DataFrame
-    paradigms: pd.DataFrame
-    tiers: pd.DataFrame
-    agreement: dict
-    replicates: pd.DataFrame
-    replicate_tasks: pd.DataFrame
-    comparisons: pd.DataFrame
-    provenance: pd.DataFrame
-    boot: Bootstrap
-    n_runs_read: int
-    duplicates: dict[str, str] = field(default_factory=dict)
-    #: noise.json rows: each replicated row's sd (pp) from tasks, answers and judges
-    noise: list[dict] = field(default_factory=list)
-    #: adjacent leaderboard rows: the gap, its interval with replicates resampled, within noise or not
-    gaps: pd.DataFrame = field(default_factory=pd.DataFrame)
-    item_flips: pd.DataFrame = field(default_factory=pd.DataFrame)  #: per (judge, task, rubric item) flip rate
-    splits: pd.DataFrame = field(default_factory=pd.DataFrame)  #: the rubric items the panel disagrees on most
-
-
-def build(runs: Sequence[RunData], boot: Bootstrap = DEFAULT_BOOTSTRAP) -> Report:
-    """All tables from the runs read: dedupe, group, then each section."""
-    kept, duplicates = dedupe(runs)
-    groups = group_runs(kept)
-    reps, rep_tasks = replicates(groups)
-    reps = with_replicate_drift(groups, reps)
-    agreement, flips = with_judge_noise(judge_agreement(kept), kept)
-    board = leaderboard(groups, boot)
-    return Report(leaderboard=board, matched=matched(groups),
-                  paradigms=breakdowns(groups, views.PARADIGM), tiers=breakdowns(groups, views.TIER),
-                  agreement=agreement, replicates=reps, replicate_tasks=rep_tasks,
-                  comparisons=mark_noise(groups, comparisons(groups, boot), boot),
-                  provenance=provenance(groups, duplicates), boot=boot,
-                  n_runs_read=len(runs), duplicates=duplicates, noise=noise_rows(groups, boot),
-                  gaps=leaderboard_gaps(groups, board, boot), item_flips=flips, splits=judge_splits(kept))
