@@ -71,7 +71,7 @@ def test_report_from_mlflow_has_the_runs_numbers(store):
     assert len(bench) == 5
     assert len(board) == 3  # default (its rerun counted once), panel (two replicates), panel at t=0.7
     default = board[board["panel"] == "offline"].iloc[0]
-    assert default["overall"] == pytest.approx(28.25) and default["n_runs"] == 1
+    assert default["overall"] == pytest.approx(28.25, abs=0.05) and default["n_runs"] == 1  # 0.1 pp in the CSV
     panel = bench[(bench["params.judge_panel.name"] == "offline_panel")
                   & (bench["params.decoding.temperature"] == "0.1")]
     row = board[~board["model"].str.contains("t=") & (board["panel"] == "offline_panel")].iloc[0]
