@@ -442,7 +442,7 @@ def test_a_batch_item_is_the_synchronous_request_byte_for_byte(tmp_path, release
     from wildtrace.core.prompts import answer_prompt
     from wildtrace.providers.base import Sampling
     from wildtrace.providers.openai import OpenAIProvider
-    from wildtrace.runtime.http import encode_body
+    from wildtrace.runtime.attempt import encode_body
     from wildtrace.runtime.plan import model_spec
 
     provider = OpenAIProvider(model_spec(cfg))

@@ -24,7 +24,7 @@ from wildtrace.core.tasks import parse_rubric
 from wildtrace.providers.base import Sampling
 from wildtrace.providers.registry import make_provider
 from wildtrace.runtime.budget import TEMPLATE_TOKENS
-from wildtrace.runtime.http import encode_body
+from wildtrace.runtime.attempt import encode_body
 from wildtrace.runtime.plan import model_spec
 from wildtrace.runtime.run import EXIT_BUDGET, run
 

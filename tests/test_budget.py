@@ -196,7 +196,7 @@ def overrides(url: str, tasks: Path, corpus: Path, cache: Path, *extra: str) -> 
 def worst_case(tasks: Path, corpus: Path) -> float:
     """One answer's reservation: a UTF-8 byte of body a token in, max_tokens out (independently of the code)."""
     from wildtrace.core.prompts import answer_prompt
-    from wildtrace.runtime.http import encode_body
+    from wildtrace.runtime.attempt import encode_body
 
     body = {"model": "test-model", "messages": [{"role": "user", "content": answer_prompt("What failed? [q00]", DOC)}],
             "temperature": 0.1, "max_tokens": MAX_TOKENS}

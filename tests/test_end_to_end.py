@@ -15,7 +15,7 @@ from conftest import TEST_KEY_ENV, make_task, openai_judge, settings, write_rele
 from loopback import Call, LoopbackServer, Reply, chat, error
 from wildtrace.core.prompts import answer_prompt, judge_prompt
 from wildtrace.core.tasks import RubricItem
-from wildtrace.runtime.http import encode_body
+from wildtrace.runtime.attempt import encode_body
 from wildtrace.runtime.run import run
 
 MARK = re.compile(r"\[(t-[a-z0-9]+)\]")

@@ -26,9 +26,10 @@ from wildtrace.core import records as R
 from wildtrace.core.records import CallResult, Usage
 from wildtrace.providers.base import Sampling
 from wildtrace.providers.registry import make_provider
-from wildtrace.runtime import http as http_mod
+from wildtrace.runtime import call as call_mod
+from wildtrace.runtime.attempt import encode_body
 from wildtrace.runtime.cache import Cache
-from wildtrace.runtime.http import Endpoint, encode_body, is_storable, local_transport
+from wildtrace.runtime.http import Endpoint, is_storable, local_transport
 from wildtrace.runtime.retry import RetryPolicy, parse_retry_after
 
 FAST = RetryPolicy(backoff_base_s=0.001, backoff_max_s=0.01)
@@ -159,7 +160,7 @@ def sleeps(monkeypatch) -> list[float]:
     async def fake_sleep(delay: float, *args, **kwargs) -> None:
         recorded.append(delay)
 
-    monkeypatch.setattr(http_mod.asyncio, "sleep", fake_sleep)
+    monkeypatch.setattr(call_mod.asyncio, "sleep", fake_sleep)
     return recorded
 
 

@@ -2,7 +2,7 @@
 
 Each row is one attempt that brought no answer (``Seen``) and the step the rule takes. The
 HTTP tests (test_http_retry.py, test_http_faults.py, test_real_endpoints.py) check that
-``Endpoint._fetch`` acts on these steps against real servers; these pin the decision itself.
+``CallLoop.fetch`` (runtime/call.py) acts on these steps against real servers; these pin the decision itself.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from wildtrace.core.prompts import answer_prompt
 from wildtrace.providers.registry import make_provider
 from wildtrace.runtime import pipeline
 from wildtrace.runtime.cache import Cache
-from wildtrace.runtime.http import encode_body
+from wildtrace.runtime.attempt import encode_body
 from wildtrace.runtime.plan import Plan, build_plan, model_spec, samplings
 from wildtrace.runtime.retry import RetryPolicy
 from wildtrace.runtime.run import run

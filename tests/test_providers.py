@@ -19,7 +19,7 @@ from wildtrace.providers.gemini import GeminiProvider
 from wildtrace.providers.offline import OfflineProvider
 from wildtrace.providers.openai import OpenAIProvider
 from wildtrace.providers.registry import PROVIDERS, make_provider
-from wildtrace.runtime.http import interpret
+from wildtrace.runtime.call import interpret
 
 PROMPT = "Answer using ONLY the document below.\n\nQuestion: Qu'est-ce que 问题?"
 SAMPLING = Sampling(temperature=0.3, max_tokens=512)

@@ -797,7 +797,7 @@ def test_inline_think_with_reasoning_content_keeps_both():
 
 
 def test_unclosed_think_is_an_empty_answer_not_judged():
-    from wildtrace.runtime.http import interpret
+    from wildtrace.runtime.call import interpret
 
     payload = {"choices": [{"message": {"content": "<think>long reasoning..."}, "finish_reason": "length"}]}
     result = interpret(provider("openai"), payload, 200, 1, 0.0)

@@ -31,7 +31,8 @@ from wildtrace.providers.base import Provider
 from wildtrace.runtime.batch import batch_phase
 from wildtrace.runtime.cache import Cache
 from wildtrace.runtime.dataset import Dataset, read_document
-from wildtrace.runtime.http import Endpoint, Prepared, interpret, prepare_request
+from wildtrace.runtime.call import interpret
+from wildtrace.runtime.http import Endpoint, Prepared, prepare_request
 from wildtrace.runtime.prompt_cache import PromptCacheTally
 from wildtrace.runtime.plan import Plan, PlannedAnswer, sha256_text
 from wildtrace.runtime.ratelimit import Cost, estimate_tokens

@@ -10,7 +10,7 @@ another (``Verdict.RETRY``), can never succeed until someone pays or waits a day
 ``budget_rejected`` recognise the 400 a model gives when it does not take a temperature or
 so large an output budget, and ``next_step`` puts them together: the whole rule for an
 attempt that brought no answer, as one of ``Retry``, ``Resend``, ``Fail`` or ``Quota``
-(``Endpoint._fetch`` is a loop around it).
+(``CallLoop.fetch`` in runtime/call.py is a loop around it).
 Bytes from outside are read within fixed bounds and never make these functions raise.
 """
 

@@ -29,7 +29,7 @@ from wildtrace.runtime.batch.base import (
     post_spooled,
 )
 from wildtrace.runtime.batch.openai import _ints
-from wildtrace.runtime.http import decode_json
+from wildtrace.runtime.attempt import decode_json
 
 #: The Message Batches limits: 100,000 requests or 256 MB per batch.
 MAX_ITEMS, MAX_BYTES = 100_000, 256 * 1000 * 1000

@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 
 from wildtrace.runtime.client import make_client
-from wildtrace.runtime.http import decode_json
+from wildtrace.runtime.attempt import decode_json
 from wildtrace.runtime.retry import (
     RetryPolicy,
     Verdict,

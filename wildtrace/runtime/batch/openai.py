@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from wildtrace.runtime.batch.base import BatchAPI, BatchError, Item, Line, Status
-from wildtrace.runtime.http import decode_json
+from wildtrace.runtime.attempt import decode_json
 
 #: Statuses after which the batch changes no more (types/batch.py's ``status`` literal).
 TERMINAL = frozenset({"completed", "failed", "expired", "cancelled"})

@@ -31,7 +31,8 @@ from wildtrace.runtime.batch.runner import Runner, Want
 from wildtrace.runtime.batch.spend import send_capped
 from wildtrace.runtime.budget import Ledger as Budget
 from wildtrace.runtime.budget import Ticket
-from wildtrace.runtime.http import Endpoint, Prepared, interpret
+from wildtrace.runtime.call import interpret
+from wildtrace.runtime.http import Endpoint, Prepared
 from wildtrace.runtime.served import enforce
 
 log = logging.getLogger(__name__)

@@ -40,7 +40,9 @@ from wildtrace.runtime.batch.base import (
 from wildtrace.runtime.batch.ledger import BatchRecord, BatchState, Ledger
 from wildtrace.runtime.budget import Ledger as Budget
 from wildtrace.runtime.budget import Ticket
-from wildtrace.runtime.http import Attempt, Endpoint, interpret, is_storable
+from wildtrace.runtime.attempt import Attempt
+from wildtrace.runtime.call import interpret
+from wildtrace.runtime.http import Endpoint, is_storable
 from wildtrace.runtime.retry import Verdict, classify
 from wildtrace.runtime.secrets import redact
 
@@ -172,8 +174,8 @@ class Runner:
         for key in keys:
             self.attempts[key] += 1
             if self.attempts[key] > 1:  # a re-send is a retry of that call
-                self.endpoint.retries += 1
-                self.endpoint.on_retry(self.label)
+                self.endpoint.loop.retries += 1
+                self.endpoint.loop.on_retry(self.label)
         created_at = time.time()
         try:
             batch_id, file_id = await self.api.create(items, self.wants[keys[0]].path.parent)
@@ -186,7 +188,7 @@ class Runner:
             for key in keys:
                 self._resolve(key, self._failure(key, reason, str(exc), exc.status, None))
             return None
-        self.endpoint.requests_sent += len(keys)
+        self.endpoint.sender.requests_sent += len(keys)
         record = BatchRecord(self.api.provider, self.label, batch_id, list(keys), max(self.attempts[k] for k in keys),
                              created_at, BatchState.CREATED, {}, file_id)
         self.ledger.save(record)
