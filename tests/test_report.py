@@ -349,3 +349,48 @@ def test_tasks_every_judge_failed_on_are_counted_and_flagged(tmp_path):
                                        "b": [0.5, None, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5]})
     board = report_of(tmp_path).leaderboard.iloc[0]
     assert board["n_unscored"] == 1 and board["overall"] == pytest.approx(100 * 3.5 / 8)
+
+
+def _with_responses(out: Path, finish: list[str], lengths: list[int], tokens: list[int | None]) -> None:
+    rows = [{"question_id": q, "status": "answered", "response": "x" * n, "finish_reason": f,
+             "usage": {"completion_tokens": t, "reasoning_tokens": None}}
+            for q, f, n, t in zip(QIDS, finish, lengths, tokens, strict=True)]
+    (out / "responses.json").write_text(json.dumps(rows), encoding="utf-8")
+
+
+def test_a_budget_sweep_shows_what_the_budget_cut(tmp_path):
+    """max_tokens 64 cut 3 answers (each provider's spelling of it), 8192 none; one answer at the
+    budget point is past the 5,000 characters the judge sees."""
+    small = write_run(tmp_path, "mt64", "alpha", {"a": [0.1] * 8})
+    config = json.loads((small / "config.json").read_text())
+    config["decoding"]["max_tokens"] = 64
+    (small / "config.json").write_text(json.dumps(config))
+    stats = json.loads((small / "run_stats.json").read_text())
+    stats["effective_max_tokens"] = 64
+    (small / "run_stats.json").write_text(json.dumps(stats))
+    _with_responses(small, ["length", "max_tokens", "MAX_TOKENS", "stop", "stop", "stop", "stop", "stop"],
+                    [100] * 8, [64, 64, 64, 10, 10, 10, 10, 10])
+    full = write_run(tmp_path, "mt-default", "alpha", {"a": [0.3] * 8})
+    _with_responses(full, ["stop"] * 8, [100] * 7 + [5001], [100] * 8)
+    sweeps = report_of(tmp_path).sweeps.set_index("value")
+    assert list(sweeps.index) == [64, 8192] and sweeps.loc[8192, "reference"]
+    assert (sweeps.loc[64, "truncated_pct"], sweeps.loc[8192, "truncated_pct"]) == (37.5, 0.0)
+    assert (sweeps.loc[64, "over_judge_limit_pct"], sweeps.loc[8192, "over_judge_limit_pct"]) == (0.0, 12.5)
+    assert sweeps.loc[64, "mean_output_tokens"] == pytest.approx(round((3 * 64 + 5 * 10) / 8, 1))
+    assert sweeps.loc[64, "diff_pp"] == pytest.approx(-20.0)
+    assert sweeps.loc[64, "key"] == "decoding.max_tokens"
+
+
+def test_power_columns_are_the_paired_t_power_of_the_comparison(tmp_path):
+    from statsmodels.stats.power import TTestPower
+
+    write_run(tmp_path, "cool", "alpha", A1)
+    write_run(tmp_path, "hot", "alpha", A2, t=0.7)
+    hot = report_of(tmp_path).sweeps.set_index("value").loc[0.7]
+    per_task = lambda judges: np.array([np.mean([v for v in (judges[k][i] for k in "abc") if v is not None])  # noqa: E731
+                                        for i in range(8)])
+    sd = float(np.std(per_task(A2) - per_task(A1), ddof=1))
+    power = TTestPower().power(effect_size=hot["detectable_pp"] / 100 / sd, nobs=8, alpha=0.05)
+    assert power == pytest.approx(0.8, abs=0.02)  # detectable_pp is rounded to 0.1 pp
+    needed = TTestPower().solve_power(effect_size=0.05 / sd, power=0.8, alpha=0.05)
+    assert abs(hot["tasks_for_5pp"] - needed) <= 2

@@ -212,6 +212,21 @@ def _round(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+#: The gaps (pp) the power columns say how many tasks would separate.
+POWER_GAPS_PP = (1, 2, 5)
+
+
+def power_columns(d: dict | None) -> dict[str, float | int | None]:
+    """What this comparison could see: the gap (pp) a paired t at 5 % finds with 80 % power given
+    its tasks and per-task difference sd, and the tasks it would need for 1, 2 and 5 pp."""
+    sd = None if d is None else d.get("sd_diff")
+    n = 0 if d is None else int(d["n"])
+    out: dict[str, float | int | None] = {"detectable_pp": None if sd is None else _pct(stats.detectable_gap(n, sd))}
+    for gap in POWER_GAPS_PP:
+        out[f"tasks_for_{gap}pp"] = None if sd is None else stats.tasks_needed(gap / 100.0, sd)
+    return out
+
+
 def sweeps_frame(experiments: Iterable[Experiment], boot: Bootstrap = DEFAULT_BOOTSTRAP) -> pd.DataFrame:
     """sweeps.csv: a row per (model, key, value): the score and its interval, the paired
     difference from the reference point (the baseline's value) with its t interval, Holm's
@@ -240,7 +255,7 @@ def sweeps_frame(experiments: Iterable[Experiment], boot: Bootstrap = DEFAULT_BO
                 "diff_ci_high_pp": None if d is None else _pct(d["ci_high"]),
                 "p_value": None if d is None else d["p_value"], "p_holm": p,
                 "distinguishable": None if p is None else bool(p < 1.0 - boot.level),
-                "small_n": len(own) < stats.SMALL_N,
+                "small_n": len(own) < stats.SMALL_N, **power_columns(d),
                 **answer_columns(g), **cost_columns(g.runs, _pct(overall)),
                 "judge_drift": drift(e.reference, g),
             })
