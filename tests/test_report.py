@@ -394,3 +394,17 @@ def test_power_columns_are_the_paired_t_power_of_the_comparison(tmp_path):
     assert power == pytest.approx(0.8, abs=0.02)  # detectable_pp is rounded to 0.1 pp
     needed = TTestPower().solve_power(effect_size=0.05 / sd, power=0.8, alpha=0.05)
     assert abs(hot["tasks_for_5pp"] - needed) <= 2
+
+
+def test_per_language_breakdown_has_n_and_a_t_interval(tmp_path):
+    out = write_run(tmp_path, "r", "alpha", {"a": [0.1, 0.3, 0.5, 0.7, 0.2, 0.4, 0.6, 0.8]})
+    kinds = ["en", "en", "en", "cjk", "cjk", "cjk", "en", "cjk"]
+    (out / "responses.json").write_text(json.dumps([
+        {"question_id": q, "status": "answered", "response": "x", "caps": {"cap_kind": k}}
+        for q, k in zip(QIDS, kinds, strict=True)]))
+    table = report_of(tmp_path).languages.set_index("language")
+    chinese = np.array([0.7, 0.2, 0.4, 0.8])
+    low, high = sps.t.interval(0.95, 3, loc=chinese.mean(), scale=sps.sem(chinese))
+    assert table.loc["Chinese", "n"] == 4 and table.loc["English", "n"] == 4
+    assert table.loc["Chinese", ["all_pct", "ci_low_pct", "ci_high_pct"]].tolist() == pytest.approx(
+        [100 * chinese.mean(), 100 * low, 100 * high])

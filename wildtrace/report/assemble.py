@@ -11,8 +11,8 @@ from wildtrace.core import views
 from wildtrace.report import experiments
 from wildtrace.report.stats import DEFAULT_BOOTSTRAP, Bootstrap
 from wildtrace.report.tables import (RunData, breakdowns, dedupe, group_runs, judge_agreement, judge_splits,
-                                     leaderboard, leaderboard_gaps, matched, noise_rows, provenance, replicates,
-                                     with_judge_noise, with_replicate_drift)
+                                     languages, leaderboard, leaderboard_gaps, matched, noise_rows, provenance,
+                                     replicates, with_judge_noise, with_replicate_drift)
 
 
 @dataclass
@@ -41,6 +41,7 @@ class Report:
     sweeps: pd.DataFrame = field(default_factory=pd.DataFrame)  #: sweeps.csv
     ablations: pd.DataFrame = field(default_factory=pd.DataFrame)  #: ablations.csv
     reruns: pd.DataFrame = field(default_factory=pd.DataFrame)  #: reruns.csv
+    languages: pd.DataFrame = field(default_factory=pd.DataFrame)  #: the All view per language, with n and interval
 
 
 def build(runs: Sequence[RunData], boot: Bootstrap = DEFAULT_BOOTSTRAP) -> Report:
@@ -59,6 +60,7 @@ def build(runs: Sequence[RunData], boot: Bootstrap = DEFAULT_BOOTSTRAP) -> Repor
                   sweeps=experiments.sweeps_frame(found, boot), ablations=experiments.ablations_frame(found, boot),
                   reruns=experiments.reruns_frame(found, noise_table), leaderboard=board, matched=matched(groups),
                   paradigms=breakdowns(groups, views.PARADIGM), tiers=breakdowns(groups, views.TIER),
+                  languages=languages(groups, boot.level),
                   agreement=agreement, replicates=reps, replicate_tasks=rep_tasks,
                   provenance=provenance(groups, duplicates), boot=boot,
                   n_runs_read=len(runs), duplicates=duplicates, noise=noise_table,

@@ -32,7 +32,7 @@ SECTIONS = {
     "reruns": "Reruns: how far the same setting moves",
     "judge-agreement": "Judge agreement",
     "judge-splits": "Where the judges split",
-    "paradigms-tiers": "Paradigms and context tiers",
+    "paradigms-tiers": "Languages, paradigms and context tiers",
     "points": "Every point read",
     "matched-panel": "Matched panel (robustness check, not the headline)",
     "provenance": "Provenance",
@@ -267,7 +267,7 @@ def tables(report: Report) -> dict[str, pd.DataFrame]:
     """name (without extension) → table, as written to CSV and logged to MLflow (rounded)."""
     judges, pairs = agreement_frames(report.agreement)
     out = {"baseline": report.baseline, **experiment_tables(report), "leaderboard": report.leaderboard,
-           "matched_panel": report.matched, "paradigms": report.paradigms,
+           "matched_panel": report.matched, "paradigms": report.paradigms, "languages": report.languages,
            "tiers": report.tiers, "judges": judges, "judge_pairs": pairs,
            "intra_rater": intra_rater_frame(report.agreement), "intra_rater_items": report.item_flips,
            "judge_splits": report.splits, "replicates": report.replicates,
@@ -519,7 +519,9 @@ def page(report: Report, pngs: dict[str, bytes]) -> str:
                         "most often first (top 20): each judge's mean points for the item.</p>"
                         + _table(_rates_in_pct(report.splits),
                                  "(no per-item points: judgments.json not read, or the judges never split)"),
-        "paradigms-tiers": "<h3>By paradigm (%)</h3>" + _table(report.paradigms) + "<h3>By context tier (%)</h3>"
+        "paradigms-tiers": "<h3>By language (%: English / Chinese by the spec's CJK rule)</h3>"
+                           + _table(report.languages) + "<h3>By paradigm (%)</h3>" + _table(report.paradigms)
+                           + "<h3>By context tier (%)</h3>"
                            + _table(report.tiers) + _img(pngs.get("tiers.png"), "score by context tier"),
         "points": "<p>Every point (replicate group) read, sweep and ablation points included, with both views "
                   "(%); n_unscored counts tasks every judge failed on (0 in the All view), n_not_reached the "

@@ -290,6 +290,27 @@ def matched(groups: Sequence[Group]) -> pd.DataFrame:
     return out
 
 
+#: The spec's CJK rule, as the run recorded it per task (responses.json caps.cap_kind) → the language shown.
+LANGUAGES = {"en": "English", "cjk": "Chinese"}
+
+
+def languages(groups: Sequence[Group], level: float = stats.LEVEL) -> pd.DataFrame:
+    """The All view per language (English / Chinese by the spec's CJK rule, as each run's caps
+    recorded it) per point: n tasks, the mean of the replicate-averaged task scores (%) and its
+    t interval. Tasks whose language no responses.json says are "unknown"."""
+    rows = []
+    for g in groups:
+        kinds = {str(r["question_id"]): LANGUAGES.get(str((r.get("caps") or {}).get("cap_kind")), "unknown")
+                 for run in g.runs for r in run.responses or [] if isinstance(r, dict) and "question_id" in r}
+        scores = averaged(g)
+        by_language = pd.Series([kinds.get(str(q), "unknown") for q in scores.index], index=scores.index)
+        for language, part in scores.groupby(by_language, sort=True):
+            low, high = stats.mean_interval(list(part.to_numpy()), level)
+            rows.append({"model": g.label, "language": language, "n": len(part), "all_pct": _pct(float(part.mean())),
+                         "ci_low_pct": _pct(low), "ci_high_pct": _pct(high)})
+    return pd.DataFrame(rows, columns=["model", "language", "n", "all_pct", "ci_low_pct", "ci_high_pct"])
+
+
 def breakdowns(groups: Sequence[Group], by: str) -> pd.DataFrame:
     """Both views (%) per value of ``by`` (paradigm, context_tier) per row, replicates averaged."""
     meta = meta_of(r for g in groups for r in g.runs)
