@@ -97,6 +97,7 @@ def sweep(shape: str, tasks: int, work: Path) -> dict:
     jobs = sorted((work / "outputs" / "multirun").glob("*/*/*/run_stats.json"))
     billed = uncached = Fraction(0)
     cost = 0.0
+    sent: list[int] = []  # calls each job sent (job 0 sends each task's repeats right after its own answer)
     answers: set[str] = set()
     for path in jobs:
         stats = json.loads(path.read_text())
@@ -104,11 +105,12 @@ def sweep(shape: str, tasks: int, work: Path) -> dict:
         b, u = billed_input(stats, price)
         billed, uncached = billed + b, uncached + u
         cost += stats["cost"]["endpoints"]["model"]["cost_usd"]
+        sent.append(stats["prompt_cache"]["endpoints"].get("model", {}).get("calls", 0))
         answers |= {r.get("response") or "" for r in json.loads((path.parent / "responses.json").read_text())}
     one_point = uncached / len(jobs)
     return {"shape": shape, "jobs": len(jobs), "calls": calls, "billed": float(billed / one_point),
             "uncached": float(uncached / one_point), "floor": floor_of(price), "answers": sorted(answers),
-            "cost": cost, "estimate": (low, high)}
+            "cost": cost, "estimate": (low, high), "sent": sent}
 
 
 def main() -> None:
@@ -125,7 +127,7 @@ def main() -> None:
               f"{row['floor']:>5.2f}x  {'yes' if ok else 'NO':<10}  ${row['cost']:.5f} in "
               f"${row['estimate'][0]:.5f}–${row['estimate'][1]:.5f}: "
               f"{'yes' if row['estimate'][0] <= row['cost'] <= row['estimate'][1] else 'NO'}; "
-              f"answers: {row['answers']}")
+              f"calls sent by job: {row['sent']}; answers: {row['answers']}")
 
 
 if __name__ == "__main__":

@@ -271,3 +271,52 @@ def test_the_estimate_ranges_from_every_repeat_read_to_every_call_written_or_mis
     assert repeated["cache_read_tokens"] == 100_000
     assert repeated["usd_min"] == pytest.approx(0.1 * price.cached_input_per_mtok + out)  # a repeat that hits
     assert repeated["usd_max"] == pytest.approx(0.1 * write + out)  # a write where it costs more, else a miss
+
+
+# ---------------------------------------------------------------------- the sweep's schedule
+
+
+def test_a_sweep_job_sends_each_task_s_repeats_right_after_its_own_answer(tmp_path, test_key):
+    """Job 0 of a replicate sweep sends each task's replicate-1 answer right after its own (the provider
+    holds the prompt: a read), into the shared cache; job 1 then sends nothing and answers the same."""
+    from conftest import TEST_KEY_ENV, make_task, settings, write_release
+    from prefix_cache import PrefixCache
+    from wildtrace.config import DecodingConfig
+    from wildtrace.runtime.run import run
+
+    tasks, corpus = write_release(tmp_path, [make_task(f"q{i}", f"What failed? [q{i}]", "doc.txt")
+                                             for i in range(3)], {"doc.txt": "The pump failed. " * 600})
+    results = []
+    with LoopbackServer(PrefixCache("anthropic")) as server:
+        for replicate in (0, 1):
+            cfg = settings(tmp_path / f"job{replicate}", [
+                "model=claude-opus-4.6", f"model.base_url={server.url}", f"model.api_key_env={TEST_KEY_ENV}",
+                "model.stream=false", f"dataset.tasks={tasks}", f"dataset.corpus={corpus}",
+                f"decoding.replicate={replicate}", "judge_panel=offline", f"cache.dir={tmp_path / 'shared'}"])
+            cfg.prompt_repeats = 2
+            cfg.sweep_decodings = [DecodingConfig(replicate=1 - replicate)]
+            results.append(run(cfg))
+            if replicate == 0:
+                sent_by_first = len(server.calls)
+    assert sent_by_first == 6 and len(server.calls) == 6  # job 1 found every answer in the shared cache
+    first, second = (r.stats["prompt_cache"]["endpoints"].get("model", {}) for r in results)
+    # each task's repeat went after its first call was answered: it read what the first wrote
+    assert first["hit_rate"] == 0.5 and first["cache_write_tokens"] == first["cached_input_tokens"] > 0
+    assert second == {} and results[1].stats["cost"]["endpoints"]["model"]["cost_usd"] == 0
+    answers = [sorted((row["question_id"], row["response"]) for row in json.loads((r.out_dir / "responses.json")
+                                                                                  .read_text())) for r in results]
+    assert answers[0] == answers[1]
+
+
+def test_the_sweep_points_are_the_other_combinations_of_its_decoding_sweeps(tmp_path):
+    from wildtrace.app import sweep_decodings
+    from wildtrace.config import DecodingConfig
+
+    (tmp_path / "multirun.yaml").write_text(
+        "hydra:\n  overrides:\n    task:\n    - decoding.temperature=0.1,0.4\n    - decoding.replicate=0,1\n"
+        "    - dataset.limit=3\n")
+    own = DecodingConfig(temperature=0.4, replicate=1)
+    assert sweep_decodings(tmp_path, own) == [DecodingConfig(temperature=0.1, replicate=0),
+                                               DecodingConfig(temperature=0.1, replicate=1),
+                                               DecodingConfig(temperature=0.4, replicate=0)]
+    assert sweep_decodings(tmp_path / "none", own) == []

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
+import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +16,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from wildtrace.config import ConfigError, WildtraceConfig, register, to_settings
+from wildtrace.config import ConfigError, DecodingConfig, WildtraceConfig, register, to_settings
 from wildtrace.config_check import (check_known_keys, check_override_names, check_override_secrets, check_overrides,
                                     check_reserved, check_retired, check_settings_secrets)
 from wildtrace.core.events import RunObserver
@@ -250,21 +253,32 @@ def show_headline(result: RunResult) -> None:
     logging.getLogger(HEADLINE_LOG).info("%s", result.headline)
 
 
-def sweep_repeats(sweep_dir: Path) -> int:
-    """How many jobs of a sweep send each answer prompt: the sizes of its ``decoding.*`` sweeps multiplied
-    (read from the ``multirun.yaml`` Hydra writes in the sweep folder before the first job; 1 without it)."""
+def _decoding_sweeps(sweep_dir: Path) -> list[tuple[str, list[Any]]]:
+    """The sweep's ``decoding.*`` sweeps as (field, values), from the ``multirun.yaml`` Hydra writes in
+    the sweep folder before the first job (none without it)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import OmegaConf
 
     path = sweep_dir / "multirun.yaml"
     if not path.is_file():
-        return 1
+        return []
     task = OmegaConf.select(OmegaConf.load(path), "hydra.overrides.task") or []
-    repeats = 1
-    for override in OverridesParser.create().parse_overrides([str(o) for o in task]):
-        if override.is_sweep_override() and override.key_or_group.startswith("decoding."):
-            repeats *= max(1, sum(1 for _ in override.sweep_string_iterator()))
-    return repeats
+    return [(o.key_or_group.removeprefix("decoding."), list(o.sweep_iterator()))
+            for o in OverridesParser.create().parse_overrides([str(t) for t in task])
+            if o.is_sweep_override() and o.key_or_group.startswith("decoding.")]
+
+
+def sweep_repeats(sweep_dir: Path) -> int:
+    """How many jobs of a sweep send each answer prompt: the sizes of its ``decoding.*`` sweeps multiplied."""
+    return math.prod(max(1, len(values)) for _, values in _decoding_sweeps(sweep_dir))
+
+
+def sweep_decodings(sweep_dir: Path, own: DecodingConfig) -> list[DecodingConfig]:
+    """The sweep's other decoding points: ``own`` with each other combination of its ``decoding.*`` sweeps."""
+    sweeps = _decoding_sweeps(sweep_dir)
+    points = [replace(own, **dict(zip([k for k, _ in sweeps], combo, strict=True)))
+              for combo in itertools.product(*(values for _, values in sweeps))]
+    return [p for p in points if p != own]
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
@@ -289,6 +303,7 @@ def _job(dict_cfg: DictConfig) -> float | None:
         settings.out_dir = hydra_cfg.runtime.output_dir
         if hydra_cfg.mode == RunMode.MULTIRUN:
             settings.prompt_repeats = sweep_repeats(Path(hydra_cfg.sweep.dir))
+            settings.sweep_decodings = sweep_decodings(Path(hydra_cfg.sweep.dir), settings.decoding)
         name_command(settings, list(hydra_cfg.overrides.task))
         result = run(settings, overrides=list(hydra_cfg.overrides.task), parent_run_id=parent,
                      observer=observer_for(settings, parent))

@@ -350,6 +350,10 @@ class WildtraceConfig:
     #: the sizes of its decoding.* sweeps multiplied); above 1 the prompt is marked for the provider's
     #: prompt cache where a write costs extra (Anthropic's cache_control; docs/providers/cost.md).
     prompt_repeats: int = 1
+    #: The other decoding points of this job's sweep (set by the entry point in a multirun): each task's
+    #: answers at these points are sent right after this job's own, while the provider holds the prompt,
+    #: and stored in the shared cache where the other jobs find them (docs/providers/cost.md).
+    sweep_decodings: list[DecodingConfig] = field(default_factory=list)
     #: Show a progress bar on a terminal (a progress line every progress_every_s elsewhere).
     progress: bool = True
     #: Seconds between progress lines when stderr is not a terminal.

@@ -14,9 +14,11 @@ knows a wire format or a config library.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 from collections import Counter
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field
 
 from wildtrace.core.caps import CapKind, CapsDecision
@@ -374,8 +376,9 @@ class _Run:
         if result is None:
             assert ready.prepared is not None
             try:
-                result = await plan.model.call(ready.prepared.request, plan.answer_replicate, ready.cost,
-                                               ready.prepared, ticket=ticket, storing=storing)
+                async with self._first_call(ready):
+                    result = await plan.model.call(ready.prepared.request, plan.answer_replicate, ready.cost,
+                                                   ready.prepared, ticket=ticket, storing=storing)
             except BaseException:  # cancelled or raised: it may have been billed, so its reservation stays spent
                 plan.ledger.abandon("model", ticket)
                 raise
@@ -383,9 +386,57 @@ class _Run:
         result = enforce(plan.served.get("model"), result)
         self._check_storage(plan.model)
         self.counters.record_call("model", result)
+        if plan.answer_siblings and ready.prepared is not None and not self.stop.is_set():
+            await self.siblings(task)
         reference = answer_prompt(task.question_text,
                                   document_reference(task.corpus_file, document_ref["sha256"], decision.doc_chars))
         return answer_record(task, decision, document_ref, ready.prompt_sha256, reference, result)
+
+    def _first_call(self, ready: _Ready) -> AbstractAsyncContextManager[None]:
+        """In a sweep, a prompt's first call goes alone: the sweep's other jobs (processes, machines sharing
+        the cache folder) wait for it here, then send their calls of it while the provider holds it."""
+        plan = self.plan
+        if not plan.answer_siblings or plan.model is None:
+            return nullcontext()
+        spec = plan.model.provider.spec
+        key = hashlib.sha256(f"prompt\0{spec.provider}\0{spec.base_url}\0{spec.route}\0{ready.prompt_sha256}"
+                             .encode()).hexdigest()
+        return plan.model.cache.lock(key)
+
+    def _sibling_requests(self, task: Task) -> list[tuple[Prepared, int, Cost]]:
+        """The task's answer requests at the sweep's other points: (prepared, budget, estimated tokens)."""
+        plan, decision = self.plan, self.decisions[task.question_id]
+        assert plan.model is not None
+        prompt = answer_prompt(task.question_text, read_document(plan.dataset.document(task).path))
+        cjk = decision.cap_kind == CapKind.CJK
+        out = []
+        for sampling, replicate in plan.answer_siblings:
+            try:
+                request = plan.model.provider.build_request(prompt, sampling)
+            except ValueError:  # a point this model cannot take: its own job says so before any request
+                continue
+            out.append((plan.model.prepare(request, replicate), sampling.max_tokens,
+                        Cost(estimate_tokens(len(prompt), cjk), sampling.max_tokens)))
+        return out
+
+    async def siblings(self, task: Task) -> None:
+        """Send the task's answers at the sweep's other points now, while the provider holds the prompt: they
+        are stored in the cache, where the other jobs find them (paid here, under this run's caps)."""
+        plan = self.plan
+        assert plan.model is not None
+        model = plan.model
+
+        async def one(prepared: Prepared, max_tokens: int, cost: Cost) -> None:
+            ticket = plan.ledger.ticket("model", len(prepared.content), max_tokens)
+            try:
+                result = await model.call(prepared.request, prepared.replicate, cost, prepared, ticket=ticket)
+            except BaseException:
+                plan.ledger.abandon("model", ticket)
+                raise
+            self.counters.prompt_cache.record("model", plan.ledger.settle("model", result, ticket))
+
+        items = await asyncio.to_thread(self._sibling_requests, task)
+        await asyncio.gather(*(one(*item) for item in items))
 
     async def judge(self, judge: Endpoint, task: Task, response: str) -> JudgmentRecord:
         prompt = judge_prompt(task.question_text, task.rubric, response)

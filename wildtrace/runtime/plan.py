@@ -140,6 +140,8 @@ class Plan:
     answer_replicate: int
     judge_replicate: int
     retry: RetryPolicy
+    #: The sweep's other points (sampling, replicate), each answer's repeats (docs/providers/cost.md).
+    answer_siblings: list[tuple[Sampling, int]] = field(default_factory=list)
     answers: dict[str, PlannedAnswer] = field(default_factory=dict)  #: question id → its planned answer request
     given_answers: dict[str, dict] | None = None  #: stage=judge: rows read from responses=PATH
     max_response_bytes: int = 64 << 20
@@ -218,6 +220,9 @@ def build_plan(cfg: WildtraceConfig) -> Plan:
     return Plan(dataset=dataset, specs=specs, providers=providers, caps=caps, decisions=decisions,
                 answer_sampling=answer_sampling, judge_sampling=judge_sampling,
                 answer_replicate=cfg.decoding.replicate, judge_replicate=cfg.judge_panel.replicate,
+                answer_siblings=[(Sampling(d.temperature, effective_max_tokens(cfg.model, d),
+                                           reasoning_effort=d.reasoning_effort), d.replicate)
+                                 for d in cfg.sweep_decodings],
                 retry=retry_policy(cfg.retry), answers=planned, given_answers=given_responses(cfg, dataset),
                 max_response_bytes=int(cfg.max_response_mb * (1 << 20)), grace_s=cfg.stop_grace_s,
                 served=policies(cfg))
