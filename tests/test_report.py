@@ -408,3 +408,26 @@ def test_per_language_breakdown_has_n_and_a_t_interval(tmp_path):
     assert table.loc["Chinese", "n"] == 4 and table.loc["English", "n"] == 4
     assert table.loc["Chinese", ["all_pct", "ci_low_pct", "ci_high_pct"]].tolist() == pytest.approx(
         [100 * chinese.mean(), 100 * low, 100 * high])
+
+
+def test_help_describes_every_key_of_the_reports_schema():
+    """`python -m wildtrace.report --help` lists each key of ReportConfig with what it does, and no other."""
+    import dataclasses
+    import typing
+
+    import yaml
+
+    from wildtrace.report.app import ReportConfig
+
+    def leaves(cls, prefix=""):
+        for name, kind in typing.get_type_hints(cls).items():
+            if dataclasses.is_dataclass(kind):
+                yield from leaves(kind, f"{prefix}{name}.")
+            else:
+                yield prefix + name
+
+    template = yaml.safe_load((Path(__file__).parents[1] / "conf" / "report.yaml").read_text())["hydra"]["help"][
+        "template"]
+    section = template.split("== The report's keys", 1)[1].split("== Config ==", 1)[0]
+    listed = {line.split()[0] for line in section.splitlines()[1:] if line and not line.startswith(" ")}
+    assert listed == set(leaves(ReportConfig))
