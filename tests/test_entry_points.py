@@ -262,3 +262,34 @@ def test_each_help_describes_its_own_entry_point_first(tmp_path: Path, command: 
     assert proc.returncode == 0, proc.stderr
     assert first in proc.stdout.splitlines()[0], proc.stdout[:300]
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_check_reports_every_problem_of_the_config_at_once(tmp_path: Path) -> None:
+    """An unset gateway URL, a retired route and four missing keys: one error, all of them, nothing sent."""
+    env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_BASE_URL"))
+           and not k.startswith(("MLFLOW_", "WILDTRACE_"))}
+    proc = subprocess.run([sys.executable, "-m", "wildtrace.check", f"root={tmp_path}", "mlflow.enabled=false",
+                           "model=gpt-4.1", "judge_panel=paper"], cwd=tmp_path, env={**env, "PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == ExitCode.BAD_INPUT, proc.stdout + proc.stderr
+    assert len(error_lines(proc.stderr)) == 1 and "Traceback" not in proc.stderr
+    for problem in ("judge_panel.judges.claude_sonnet.base_url is empty: set WILDTRACE_GATEWAY_BASE_URL",
+                    "judge_panel.judges.gemini_flash: route 'gemini-2.5-flash' at generativelanguage.googleapis.com "
+                    "is retired", "environment variable OPENAI_API_KEY is not set",
+                    "environment variable WILDTRACE_GATEWAY_API_KEY is not set",
+                    "environment variable DASHSCOPE_API_KEY is not set",
+                    "environment variable GEMINI_API_KEY is not set"):
+        assert problem in proc.stderr, problem
+    assert "unset.invalid" not in proc.stdout + proc.stderr
+
+
+def test_a_launcher_that_is_not_installed_names_the_extra(monkeypatch) -> None:
+    from wildtrace.config import ConfigError
+    from wildtrace.config_check import LAUNCHERS, check_launcher
+
+    check_launcher(["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"])  # installed with the dev extra
+    monkeypatch.setitem(LAUNCHERS, "joblib", ("hydra_plugins.no_such_launcher", LAUNCHERS["joblib"][1]))
+    with pytest.raises(ConfigError, match=r"hydra/launcher=joblib needs a launcher that is not installed: "
+                                          r"pip install 'wildtrace\[team\]' \(hydra-joblib-launcher\)"):
+        check_launcher(["-m", "hydra/launcher=joblib"])

@@ -17,8 +17,8 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from wildtrace.config import ConfigError, DecodingConfig, WildtraceConfig, register, to_settings
-from wildtrace.config_check import (check_known_keys, check_override_names, check_override_secrets, check_overrides,
-                                    check_reserved, check_retired, check_settings_secrets)
+from wildtrace.config_check import (check_known_keys, check_launcher, check_override_names, check_override_secrets,
+                                    check_overrides, check_reserved, check_retired, check_settings_secrets)
 from wildtrace.core.events import RunObserver
 from wildtrace.exitcodes import fail
 from wildtrace.panel_files import check_panel_drops
@@ -127,11 +127,7 @@ def prepare(dict_cfg: DictConfig, overrides: list[str] | None = None, refuse_ret
     A retired first-party route (docs/providers/routes.md) fails before any request; an entry point that
     sends nothing (the estimate) passes ``refuse_retired=False`` and gets a warning instead.
     """
-    check_overrides(overrides or [])
-    check_known_keys(dict_cfg)
-    settings = to_settings(dict_cfg)
-    check_settings_secrets(settings)  # a key in a config file's URL, or in the variable a URL is read from
-    check_reserved(settings)  # a judge keyed "model" would take the model's endpoint
+    settings = settings_of(dict_cfg, overrides)
     try:
         check_retired(settings, Path(CONF_DIR))
     except ConfigError as exc:
@@ -139,6 +135,16 @@ def prepare(dict_cfg: DictConfig, overrides: list[str] | None = None, refuse_ret
             raise
         logging.getLogger("wildtrace").warning("%s. A run of this config would be refused before any request; "
                                                "it is estimated all the same", exc)
+    return settings
+
+
+def settings_of(dict_cfg: DictConfig, overrides: list[str] | None = None) -> WildtraceConfig:
+    """Every check of ``prepare`` but the retired routes: known keys, the schema, no credential, no reserved key."""
+    check_overrides(overrides or [])
+    check_known_keys(dict_cfg)
+    settings = to_settings(dict_cfg)
+    check_settings_secrets(settings)  # a key in a config file's URL, or in the variable a URL is read from
+    check_reserved(settings)  # a judge keyed "model" would take the model's endpoint
     return settings
 
 
@@ -170,6 +176,7 @@ def check_command_line(prog: str, schema_cls: type = WildtraceConfig, conf_dir: 
         if not ours:
             return
         check_override_names(overrides, schema_cls, conf_dir)
+        check_launcher(overrides)
         if conf_dir is not None:  # an ablation file that drops a judge its parent lacks (Hydra: exit 1)
             check_panel_drops(overrides, conf_dir)
     except ConfigError as exc:

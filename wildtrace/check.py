@@ -16,14 +16,17 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
 
 from hydra.core.hydra_config import HydraConfig
 
-from wildtrace.app import CONF_DIR, check_command_line, prepare, route_console_to_stderr
+from wildtrace.app import CONF_DIR, check_command_line, route_console_to_stderr, settings_of
 from wildtrace.config import ConfigError, WildtraceConfig, register
+from wildtrace.config_check import retired_problems
 from wildtrace.exitcodes import ExitCode, error, fail
 
 register()
@@ -40,14 +43,21 @@ def _check(dict_cfg: DictConfig) -> None:
     install_log_filter()
     # stdout: the listing and the table; logs and errors: stderr (docs/reference/entry-points.md)
     route_console_to_stderr()
+    cfg, problems = settings_and_problems(dict_cfg, list(HydraConfig.get().overrides.task))
+    if cfg is None:
+        fail("wildtrace-check", "\n  ".join(problems))
     try:
-        cfg = prepare(dict_cfg, list(HydraConfig.get().overrides.task))  # the run's own checks, typos included
         answer, judge = samplings(cfg)
         specs = [(s, answer if s.label == "model" else judge) for s in stage_specs(cfg)]
-        keys = read_keys(key_needs([s for s, _ in specs]))
         rules = served.policies(cfg)
-    except (ConfigError, MissingKeyError) as exc:
-        fail("wildtrace-check", exc)
+    except ConfigError as exc:
+        fail("wildtrace-check", "\n  ".join([*problems, str(exc)]))
+    try:
+        keys = read_keys(key_needs([s for s, _ in specs]))
+    except MissingKeyError as exc:
+        problems.append(str(exc))
+    if problems:  # every problem of the config at once, not one per try
+        fail("wildtrace-check", "\n  ".join(problems))
     # A check is one quick request per endpoint: at most one retry, and a short wait for it.
     retry = retry_policy(dataclasses.replace(cfg.retry, max_retries=min(cfg.retry.max_retries, 1),
                                              retry_after_max_s=min(cfg.retry.retry_after_max_s, 10)))
@@ -63,6 +73,35 @@ def _check(dict_cfg: DictConfig) -> None:
         error("wildtrace-check", f"{len(failed)} of {len(checks)} endpoints failed: {', '.join(failed)}")
         raise SystemExit(ExitCode.RUN_FAILED)
     print(f"wildtrace-check: all {len(checks)} endpoints answered")
+
+
+#: A stand-in for an unset base URL, so the check goes on to find the config's other problems.
+UNSET_URL = "http://unset.invalid/v1"
+#: The validation error of an unset base URL, and the node it names.
+_UNSET = re.compile(r"^(\S+)\.base_url is empty")
+#: The most unset URLs filled in one check (the model, the judges, the gateway).
+MAX_UNSET = 16
+
+
+def settings_and_problems(dict_cfg: DictConfig, overrides: list[str]) -> tuple[WildtraceConfig | None, list[str]]:
+    """The run's settings (None when they cannot be made) and every problem found on the way: each unset base
+    URL (filled with a stand-in so the check goes on), then each retired route; the missing keys come after."""
+    from omegaconf import OmegaConf
+
+    problems: list[str] = []
+    for _ in range(MAX_UNSET):
+        try:
+            cfg = settings_of(dict_cfg, overrides)
+            break
+        except ConfigError as exc:
+            problems.append(str(exc))
+            unset = _UNSET.match(str(exc))
+            if unset is None:
+                return None, problems
+            OmegaConf.update(dict_cfg, f"{unset.group(1)}.base_url", UNSET_URL, force_add=True)
+    else:
+        return None, problems
+    return cfg, problems + retired_problems(cfg, Path(CONF_DIR))
 
 
 def estimate_line(cfg: WildtraceConfig) -> str:

@@ -312,6 +312,32 @@ def check_settings_secrets(settings: WildtraceConfig) -> None:
         raise ConfigError(f"{'; '.join(dict.fromkeys(problems))}. {_KEY_HOME}")
 
 
+#: A Hydra launcher option → (the plugin module it needs, what installs it).
+LAUNCHERS = {
+    "joblib": ("hydra_plugins.hydra_joblib_launcher", "pip install 'wildtrace[team]' (hydra-joblib-launcher)"),
+    "submitit_local": ("hydra_plugins.hydra_submitit_launcher",
+                       "pip install 'wildtrace[team]' (hydra-submitit-launcher)"),
+    "submitit_slurm": ("hydra_plugins.hydra_submitit_launcher",
+                       "pip install 'wildtrace[team]' (hydra-submitit-launcher)"),
+    "slurm": ("hydra_plugins.hydra_submitit_launcher", "pip install 'wildtrace[team]' (hydra-submitit-launcher)"),
+    "ray_cluster": ("hydra_plugins.hydra_ray_launcher", "pip install hydra-ray-launcher"),
+}
+
+
+def check_launcher(overrides: list[str]) -> None:
+    """A ``hydra/launcher=…`` whose plugin is not installed: the package to install, not Hydra's "Could not
+    find 'hydra/launcher/joblib'" (exit 1)."""
+    import importlib.util
+
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if key.strip() != "hydra/launcher" or value.strip() not in LAUNCHERS:
+            continue
+        module, install = LAUNCHERS[value.strip()]
+        if importlib.util.find_spec(module) is None:
+            raise ConfigError(f"hydra/launcher={value.strip()} needs a launcher that is not installed: {install}")
+
+
 def model_identity(text: str | None) -> str:
     """A route or name reduced to what identifies the model: lower case, no provider path, gateway prefix or date."""
     ident = (text or "").strip().lower().rsplit("/", 1)[-1]
@@ -406,7 +432,15 @@ def retirement_for(route: str, base_url: str,
 
 
 def check_retired(settings: WildtraceConfig, conf_dir: Path | None = None) -> None:
-    """Refuse, before any request, an endpoint of the run's stage whose route is retired at its first-party host.
+    """Refuse, before any request, an endpoint of the run's stage whose route is retired at its first-party host
+    (every such endpoint named at once: ``retired_problems``)."""
+    problems = retired_problems(settings, conf_dir)
+    if problems:
+        raise ConfigError("\n  ".join(problems))
+
+
+def retired_problems(settings: WildtraceConfig, conf_dir: Path | None = None) -> list[str]:
+    """One message for each endpoint of the run's stage whose route is retired at its first-party host.
 
     The blocks are the endpoint's own ``retired`` and every ``retired:`` in the config tree's
     model and judge files, so ``model=custom model.route=<a retired route>`` and the paper
@@ -419,6 +453,7 @@ def check_retired(settings: WildtraceConfig, conf_dir: Path | None = None) -> No
         endpoints.append(("model", settings.model))
     if settings.stage != "answer":
         endpoints += [(f"judge_panel.judges.{k}", j) for k, j in settings.judge_panel.judges.items()]
+    problems = []
     for key, e in endpoints:
         if provider_class(e.provider).local:
             continue
@@ -428,8 +463,9 @@ def check_retired(settings: WildtraceConfig, conf_dir: Path | None = None) -> No
             continue
         where, block = found
         still = "; ".join(block.served_by) if block.served_by else "none confirmed"
-        raise ConfigError(
+        problems.append(
             f"{key}: route {e.route!r} at {_host(e.base_url)} is retired since {block.date} ({where}): "
             f"{block.message.strip()} Still served by: {still}. To run it anyway, point {key}.base_url at a host "
             f"that serves it (or use access=gateway); to run another model, change {key}.route"
             + (f". Source: {block.source}" if block.source else ""))
+    return problems
