@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from test_tracking_observer import scripted_run, traces_of, wait_for_traces
+from test_tracking_server import SAFETY_S
 from wildtrace import upload
 from wildtrace.core.events import RunEnd
 from wildtrace.tracking import process as P
@@ -47,7 +48,7 @@ def test_a_run_is_logged_from_the_child_and_the_child_exits(tmp_path):
     obs.run_started(s.start())
     for done in s.dones:
         obs.task_done(done)
-    assert obs.wait_started(60)
+    assert obs.wait_started(SAFETY_S)
     # Logging waits for idle CPU: the child runs nicer than the run.
     assert os.getpriority(os.PRIO_PROCESS, obs.process.pid) == min(
         19, os.getpriority(os.PRIO_PROCESS, 0) + P.CHILD_NICENESS)
@@ -80,7 +81,7 @@ def test_a_child_killed_mid_run_leaves_a_not_logged_marker_that_upload_completes
     obs = observer_for(s)
     obs.run_started(s.start())
     obs.task_done(s.dones[0])
-    assert obs.wait_started(60)
+    assert obs.wait_started(SAFETY_S)
     run_id = read_marker(s.out_dir)["run_id"]
     wait_for_traces(s.client(), run_id, 1)
     obs.process.send_signal(signal.SIGKILL)
@@ -105,7 +106,7 @@ def test_a_run_process_that_goes_away_leaves_its_traces_stored_and_the_mlflow_ru
     obs.run_started(s.start())
     for done in s.dones[:3]:
         obs.task_done(done)
-    assert obs.wait_started(60)
+    assert obs.wait_started(SAFETY_S)
     obs._outbox.put(None)  # what the run's process dying does to the pipe: it closes, no run_finished
     assert child.wait(60) == 0
     run_id = read_marker(s.out_dir)["run_id"]
@@ -121,7 +122,7 @@ def test_the_child_ignores_sigint_the_run_decides_when_it_ends(tmp_path):
     s = scripted_run(tmp_path)
     obs = observer_for(s)
     obs.run_started(s.start())
-    assert obs.wait_started(60)
+    assert obs.wait_started(SAFETY_S)
     obs.process.send_signal(signal.SIGINT)  # a Ctrl-C reaches the whole process group
     time.sleep(0.5)
     assert obs.process.poll() is None
@@ -178,7 +179,7 @@ def test_a_hung_logging_process_is_killed_after_its_bound_and_the_run_marked_not
     s = scripted_run(tmp_path)
     obs = observer_for(s)
     obs.run_started(s.start())
-    assert obs.wait_started(60)
+    assert obs.wait_started(SAFETY_S)
     run_id = read_marker(s.out_dir)["run_id"]
     obs.process.send_signal(signal.SIGSTOP)  # hung: alive, answering nothing
     started = time.monotonic()
