@@ -293,8 +293,8 @@ def test_mlflow_run_has_cost_metrics(tmp_path, release):
     metrics = runs[0].data.metrics
     cost = result.stats["cost"]
     assert metrics["cost_usd"] == pytest.approx(cost["total_usd"], rel=5e-4)
-    assert metrics["cost_usd.model"] == pytest.approx(cost["endpoints"]["model"]["cost_usd"], rel=5e-4)
-    assert metrics["cost_usd.a"] == pytest.approx(cost["endpoints"]["a"]["cost_usd"], rel=5e-4)
+    assert metrics["cost_usd/model"] == pytest.approx(cost["endpoints"]["model"]["cost_usd"], rel=5e-4)
+    assert metrics["cost_usd/a"] == pytest.approx(cost["endpoints"]["a"]["cost_usd"], rel=5e-4)
 
 
 def test_trace_spans_carry_each_calls_cost():

@@ -63,8 +63,8 @@ def test_default_run_is_logged_to_mlflow(default_run):
     client = MlflowClient(tracking_uri=f"sqlite:///{cwd / 'outputs' / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("wildtrace")
     (run,) = client.search_runs([experiment.experiment_id])
-    assert run.data.metrics["overall"] == pytest.approx(scores["overall"], abs=0.005)
-    assert run.data.metrics["scored"] == pytest.approx(scores["scored"], abs=0.005)
+    assert run.data.metrics["overall_pct"] == pytest.approx(scores["overall"], abs=0.005)
+    assert run.data.metrics["scored_pct"] == pytest.approx(scores["scored"], abs=0.005)
     assert run.data.params["model.route"] == "extractive-bm25"
     assert run.data.params["model.caps.en"] == "2850000"
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}

@@ -78,15 +78,15 @@ def test_one_run_with_the_headline(audited):
     (mlrun,) = audited["runs"]
     s = audited["scores"]
     assert mlrun.info.status == "FINISHED"
-    assert mlrun.data.metrics["overall"] == pytest.approx(s["overall"], abs=0.005)
-    assert mlrun.data.metrics["scored"] == pytest.approx(s["scored"], abs=0.005)
+    assert mlrun.data.metrics["overall_pct"] == pytest.approx(s["overall"], abs=0.005)
+    assert mlrun.data.metrics["scored_pct"] == pytest.approx(s["scored"], abs=0.005)
     assert mlrun.data.metrics["n_out_of_context"] == 1 and mlrun.data.metrics["n_failed"] == 1
-    assert mlrun.data.metrics["judge.b.unavailable_rate"] == pytest.approx(0.5)
-    assert mlrun.data.metrics["agreement.a__b.mad"] == pytest.approx(0.2)  # ok1: |0.5 - 0.7|
-    assert mlrun.data.metrics["paradigm.causal.all"] == pytest.approx(30.0)  # ok1 0.6, ooc 0
-    assert mlrun.data.metrics["tier.T1.scored"] == pytest.approx(55.0)  # ok1 0.6, ok2 0.5 (b unavailable)
-    assert mlrun.data.metrics["requests.model"] == 3 and mlrun.data.metrics["requests.a"] == 2
-    assert "tokens.model.prompt" in mlrun.data.metrics and "wall_s" in mlrun.data.metrics
+    assert mlrun.data.metrics["judge/b/unavailable_rate"] == pytest.approx(0.5)
+    assert mlrun.data.metrics["agreement/a__b/mad"] == pytest.approx(0.2)  # ok1: |0.5 - 0.7|
+    assert mlrun.data.metrics["paradigm/causal/all_pct"] == pytest.approx(30.0)  # ok1 0.6, ooc 0
+    assert mlrun.data.metrics["tier/T1/scored_pct"] == pytest.approx(55.0)  # ok1 0.6, ok2 0.5 (b unavailable)
+    assert mlrun.data.metrics["requests/model"] == 3 and mlrun.data.metrics["requests/a"] == 2
+    assert "tokens/model/prompt" in mlrun.data.metrics and "wall_s" in mlrun.data.metrics
 
 
 def test_params_and_tags(audited):
@@ -172,7 +172,7 @@ def test_tracking_server_down_costs_nothing_and_upload_logs_later(tmp_path, capl
     assert upload.main([str(result.out_dir), "--tracking-uri", uri]) == 0
     client = MlflowClient(tracking_uri=uri)
     (mlrun,) = client.search_runs([client.get_experiment_by_name("wildtrace").experiment_id])
-    assert mlrun.data.metrics["overall"] == pytest.approx(result.summary["overall"], abs=0.005)
+    assert mlrun.data.metrics["overall_pct"] == pytest.approx(result.summary["overall"], abs=0.005)
     assert json.loads((result.out_dir / "mlflow.json").read_text())["run_id"] == mlrun.info.run_id
     assert len(client.search_traces(run_id=mlrun.info.run_id, locations=[mlrun.info.experiment_id])) == 3
 

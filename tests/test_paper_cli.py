@@ -157,8 +157,8 @@ def test_two_step_scripts_score_as_the_hydra_run(tmp_path: Path) -> None:
     runs = client.search_runs([client.get_experiment_by_name("wildtrace").experiment_id])
     assert len(runs) == 2
     assert {r.data.params["model.route"] for r in runs} == {"my-model"}
-    judged = [r for r in runs if "overall" in r.data.metrics]
-    assert len(judged) == 1 and judged[0].data.metrics["overall"] == pytest.approx(mine["overall"], abs=0.005)
+    judged = [r for r in runs if "overall_pct" in r.data.metrics]
+    assert len(judged) == 1 and judged[0].data.metrics["overall_pct"] == pytest.approx(mine["overall"], abs=0.005)
     assert (Path(judged[0].data.tags["wildtrace.run_dir"]) / ".hydra" / "overrides.yaml").is_file()
     assert (Path(judged[0].data.tags["wildtrace.run_dir"]) / "app.log").read_text().count("overall (All view)") == 1
 

@@ -75,8 +75,8 @@ def test_report_from_mlflow_has_the_runs_numbers(store):
     panel = bench[(bench["params.judge_panel.name"] == "offline_panel")
                   & (bench["params.decoding.temperature"] == "0.1")]
     row = board[~board["model"].str.contains("t=") & (board["panel"] == "offline_panel")].iloc[0]
-    assert row["n_runs"] == 2 and row["overall"] == pytest.approx(panel["metrics.overall"].mean(), abs=0.05)
-    hot = bench[bench["params.decoding.temperature"] == "0.7"]["metrics.overall"].iloc[0]
+    assert row["n_runs"] == 2 and row["overall"] == pytest.approx(panel["metrics.overall_pct"].mean(), abs=0.05)
+    hot = bench[bench["params.decoding.temperature"] == "0.7"]["metrics.overall_pct"].iloc[0]
     assert board[board["model"].str.contains("t=0.7")]["overall"].iloc[0] == pytest.approx(hot, abs=0.05)
     assert "| model | point | panel | judges | temperature | max_tokens |" in proc.stdout  # the baseline's settings
     sweeps = pd.read_csv(out / "sweeps.csv")

@@ -436,43 +436,6 @@ def test_offline_tour_end_to_end(tmp_path):
         assert metrics[f"intra_rater.{judge}.n_units"] == 10
 
 
-# --------------------------------------------------------------------------- MLflow names that say what differs
-
-
-def _named(judges: list[str], overrides: list[str]) -> str:
-    from wildtrace.tracking.mlflow_logger import readable_name
-
-    config = {"model": {"name": "extractive", "send_temperature": True},
-              "judge_panel": {"name": "offline_panel", "replicate": 1, "judges": {k: {} for k in judges}},
-              "decoding": {"temperature": 0.1, "max_tokens": None, "replicate": 0}}
-    return readable_name(config, {"effective_max_tokens": 8192, "overrides": overrides}, "2026-12-01T10:00:05+00:00")
-
-
-@pytest.mark.parametrize("judges,overrides,expected", [
-    (["balanced", "lenient", "strict"], ["judge_panel=offline_panel"],
-     "extractive · offline_panel · t=0.1 mt=8192 · answer replicate 0 · judge replicate 1 · 12-01 10:00:05"),
-    (["balanced", "lenient"], ["judge_panel=offline_panel", "~judge_panel.judges.strict"],
-     "extractive · offline_panel judges=balanced,lenient · t=0.1 mt=8192 · answer replicate 0 · judge replicate 1 · "
-     "12-01 10:00:05"),
-    (["balanced", "lenient", "strict", "x"], ["+judge_panel.judges.x={name: x}"],
-     "extractive · offline_panel judges=balanced,lenient,strict,x · t=0.1 mt=8192 · answer replicate 0 · "
-     "judge replicate 1 · 12-01 10:00:05"),
-    (["balanced", "lenient", "strict"], ["judge_panel.judges.strict.route=other"],  # a setting, not membership
-     "extractive · offline_panel · t=0.1 mt=8192 · answer replicate 0 · judge replicate 1 · 12-01 10:00:05"),
-])
-def test_mlflow_run_names_name_an_ablations_members(judges, overrides, expected):
-    assert _named(judges, overrides) == expected
-
-
-def test_sweep_names_put_the_swept_overrides_first_and_fit_mlflow():
-    from wildtrace.tracking.sweep import NAME_CHARS, sweep_name
-
-    assert sweep_name(["root=/a/b", "judge_panel=offline_panel", "judge_panel.replicate=0,1,2"]) == \
-        "sweep · judge_panel.replicate=0,1,2 root=/a/b judge_panel=offline_panel"
-    long = sweep_name(["root=/" + "x" * 400, "decoding.temperature=0.1,0.4"])
-    assert len(long) == NAME_CHARS and long.startswith("sweep · decoding.temperature=0.1,0.4 ") and long[-1] == "…"
-
-
 def test_report_metrics_are_legal_readable_and_rounded(flipping_judge):
     from mlflow.utils.validation import validate_param_and_metric_name
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from wildtrace.tracking.rundir import SHORT
 from conftest import TEST_KEY_ENV, make_task, openai_judge, settings, tracked_run, write_release
 from loopback import Call, LoopbackServer, Reply, chat
 
@@ -46,8 +47,17 @@ def check_sweep(uri: str, key: str, values: set[str]) -> None:
     assert all(c.info.status == "FINISHED" for c in children) and parent.info.status == "FINISHED"
     table = json.loads(Path(client.download_artifacts(parent.info.run_id, "children.json")).read_text())
     assert len(table["data"]) == len(values)
-    overall = table["columns"].index("overall")
-    assert {row[overall] for row in table["data"]} == {c.data.metrics["overall"] for c in children}
+    overall = table["columns"].index("overall_pct")
+    assert {row[overall] for row in table["data"]} == {c.data.metrics["overall_pct"] for c in children}
+    # Each child says its swept value; the parent holds each point's score and its verdict against the first.
+    assert parent.data.tags["wildtrace.sweep.keys"] == key
+    assert {c.data.tags[f"sweep.{key}"] for c in children} == values
+    assert all(c.info.run_name.split(" ")[0] == SHORT[key].format(c.data.tags[f"sweep.{key}"]) for c in children)
+    parent = client.get_run(parent.info.run_id)
+    for c in children:
+        assert parent.data.metrics[f"{key}/{c.data.tags[f'sweep.{key}']}/overall_pct"] == c.data.metrics["overall_pct"]
+    verdicts = {k: v for k, v in parent.data.tags.items() if k.startswith("verdict/")}
+    assert len(verdicts) == len(values) - 1 and all("paired t over 2 tasks" in v for v in verdicts.values())
 
 
 def test_basic_launcher_sweep_gives_parent_and_children(tmp_path):
@@ -134,5 +144,5 @@ def test_multirun_ends_with_a_summary_of_its_jobs(tmp_path):
     assert " 2 jobs" in summary.splitlines()[0] and f"mlflow parent run: {parent.info.run_id}" in summary
     for child in children:
         line = next(x for x in summary.splitlines() if child.info.run_id in x)
-        assert f"{child.data.metrics['overall']:.2f}%" in line and child.data.tags["hydra.overrides"] in line
+        assert f"{child.data.metrics['overall_pct']:.2f}%" in line and child.data.tags["hydra.overrides"] in line
     assert {"path": "children.json", "type": "table"} in json.loads(parent.data.tags["mlflow.loggedArtifacts"])

@@ -58,7 +58,7 @@ def check_logged(client: MlflowClient, child) -> None:
     assert child.info.status == "FINISHED"
     run_dir = Path(child.data.tags["wildtrace.run_dir"])
     scores = json.loads((run_dir / "scores.json").read_text())
-    assert child.data.metrics["overall"] == pytest.approx(scores["overall"], abs=0.005)
+    assert child.data.metrics["overall_pct"] == pytest.approx(scores["overall"], abs=0.005)
     traces = client.search_traces(locations=[child.info.experiment_id], run_id=child.info.run_id, max_results=100,
                                   include_spans=False)
     assert sorted(t.info.tags["question_id"] for t in traces) == sorted(SAMPLE_IDS)

@@ -12,23 +12,60 @@ from wildtrace.upload import plan
 
 
 def config(send: bool = True, t: float = 0.1, reps: tuple[int, int] = (0, 0)) -> dict:
-    return {"model": {"name": "gpt-5.4", "send_temperature": send},
+    return {"model": {"name": "gpt-5.4", "send_temperature": send, "caps": {"en": 1000, "cjk": 500}},
             "judge_panel": {"name": "paper", "replicate": reps[1]},
             "decoding": {"temperature": t, "max_tokens": None, "replicate": reps[0]}}
 
 
 @pytest.mark.parametrize(("cfg", "stats", "date", "expected"), [
-    (config(), {"effective_max_tokens": 32768}, "2026-12-01T10:00:05+00:00",
-     "gpt-5.4 · paper · t=0.1 mt=32768 · answer replicate 0 · judge replicate 0 · 12-01 10:00:05"),
-    (config(send=False, t=0.3), {"effective_max_tokens": 32768}, "2026-12-01T10:00:05+00:00",
-     # not sent: a sweep must not look like 3 settings
-     "gpt-5.4 · paper · t=— mt=32768 · answer replicate 0 · judge replicate 0 · 12-01 10:00:05"),
-    (config(t=0.3), {"effective_max_tokens": 8192, "temperature_dropped": ["model"]}, None,
-     "gpt-5.4 · paper · t=— mt=8192 · answer replicate 0 · judge replicate 0"),  # dropped by the run; no time stamp
-    (config(reps=(1, 2)), {}, "garbage", "gpt-5.4 · paper · t=0.1 mt=auto · answer replicate 1 · judge replicate 2"),
+    (config(), {"effective_max_tokens": 32768}, "2026-12-01T10:00:05+00:00", "gpt-5.4 · paper · 12-01 10:00:05"),
+    (config(t=0.3), {"effective_max_tokens": 32768, "overrides": ["model=gpt-5.4", "decoding.temperature=0.3"]},
+     "2026-12-01T10:00:05+00:00", "t=0.3 · gpt-5.4 · paper · 12-01 10:00:05"),
+    (config(send=False, t=0.3), {"overrides": ["decoding.temperature=0.3"]}, "2026-12-01T10:00:05+00:00",
+     "t=— · gpt-5.4 · paper · 12-01 10:00:05"),  # not sent: a sweep must not look like 3 settings
+    (config(t=0.3), {"temperature_dropped": ["model"], "overrides": ["decoding.temperature=0.3"]}, None,
+     "t=— · gpt-5.4 · paper"),  # dropped by the run; no time stamp
+    (config(reps=(1, 2)), {"overrides": ["root=/x", "judge_panel.replicate=2", "decoding.replicate=1"]}, "garbage",
+     "judge replicate 2 answer replicate 1 · gpt-5.4 · paper"),
+    (config(), {"overrides": ["decoding.max_tokens=64"], "effective_max_tokens": 64}, None, "mt=64 · gpt-5.4 · paper"),
+    (config(), {"overrides": ["model.caps.en=1000", "mlflow.experiment=x"]}, None, "en=1000 · gpt-5.4 · paper"),
 ])
 def test_run_names(cfg, stats, date, expected):
     assert run_name(cfg, stats, date) == expected
+
+
+def test_a_sweep_childs_name_starts_with_its_swept_key_and_its_tags_say_it():
+    from wildtrace.tracking.rundir import swept_tags
+
+    stats = {"overrides": ["judge_panel.replicate=1", "decoding.temperature=0.7"]}
+    assert run_name(config(t=0.7, reps=(0, 1)), stats, None, ["decoding.temperature"]) == \
+        "t=0.7 judge replicate 1 · gpt-5.4 · paper"
+    assert swept_tags(config(t=0.7), stats, ["decoding.temperature"]) == {
+        "sweep.decoding.temperature": "0.7", "wildtrace.sweep.keys": "decoding.temperature"}
+
+
+def test_mlflow_run_type_tag_is_mlflows_own():
+    from mlflow.utils.mlflow_tags import MLFLOW_RUN_TYPE, MLFLOW_RUN_TYPE_GENAI_EVALUATE
+
+    from wildtrace.tracking.rundir import RUN_TYPE, RUN_TYPE_TAG
+
+    assert (RUN_TYPE_TAG, RUN_TYPE) == (MLFLOW_RUN_TYPE, MLFLOW_RUN_TYPE_GENAI_EVALUATE)
+
+
+@pytest.mark.parametrize(("judges", "overrides", "expected"), [
+    (["balanced", "lenient", "strict"], ["judge_panel=offline_panel"], "extractive · offline_panel"),
+    (["balanced", "lenient"], ["judge_panel=offline_panel", "~judge_panel.judges.strict"],
+     "judges=balanced,lenient · extractive · offline_panel"),
+    (["balanced", "lenient", "strict", "x"], ["+judge_panel.judges.x={name: x}"],
+     "judges=balanced,lenient,strict,x · extractive · offline_panel"),
+    (["balanced", "lenient", "strict"], ["judge_panel.judges.strict.route=other"],  # a setting, not membership
+     "extractive · offline_panel"),
+])
+def test_run_names_name_an_ablations_members(judges, overrides, expected):
+    cfg = {"model": {"name": "extractive", "send_temperature": True},
+           "judge_panel": {"name": "offline_panel", "replicate": 1, "judges": {k: {} for k in judges}},
+           "decoding": {"temperature": 0.1, "max_tokens": None, "replicate": 0}}
+    assert run_name(cfg, {"effective_max_tokens": 8192, "overrides": overrides}, None) == expected
 
 
 @pytest.mark.parametrize(("send", "dropped", "expected"), [
@@ -114,3 +151,14 @@ def test_multirun_summary_golden():
         "  0  finished   28.25%   30.00%  abc  t=0.0\n"
         "  1  failed          —        —  (not logged)  t=0.3\n"
         "mlflow parent run: parent1")
+
+
+def test_sweep_names_put_the_swept_overrides_first_leave_places_out_and_fit_mlflow():
+    from wildtrace.tracking.sweep import NAME_CHARS, sweep_keys, sweep_name
+
+    assert sweep_name(["root=/a/b", "judge_panel=offline_panel", "judge_panel.replicate=0,1,2"]) == \
+        "sweep · judge_panel.replicate=0,1,2 judge_panel=offline_panel"
+    assert sweep_keys(["decoding.max_tokens=range(64,129,64)", "model=extractive", "decoding.temperature=0.1,0.4"]) \
+        == ["decoding.max_tokens", "decoding.temperature"]
+    long = sweep_name(["model.extra_body.x=" + "x" * 400, "decoding.temperature=0.1,0.4"])
+    assert len(long) == NAME_CHARS and long.startswith("sweep · decoding.temperature=0.1,0.4 ") and long[-1] == "…"

@@ -94,7 +94,7 @@ def test_multirun_over_http(mlflow_server):
     child = children[0]
     run_dir = Path(child.data.tags["wildtrace.run_dir"])
     scores = json.loads((run_dir / "scores.json").read_text())
-    assert child.data.metrics["overall"] == pytest.approx(scores["overall"], abs=0.005)
+    assert child.data.metrics["overall_pct"] == pytest.approx(scores["overall"], abs=0.005)
     assert {"scores.json", "tables"} <= {a.path for a in client.list_artifacts(child.info.run_id)}
     traces = client.search_traces(locations=[experiment.experiment_id], run_id=child.info.run_id)
     assert len(traces) == 2

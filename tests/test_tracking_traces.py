@@ -17,8 +17,8 @@ import pytest
 from wildtrace.core.events import TaskDone
 from wildtrace.core.records import AnswerRecord, JudgmentRecord, TaskStatus
 from wildtrace.tracking.store import client_for
-from wildtrace.tracking.traces import (build_trace, call_attributes, chat_in, chat_out, feedbacks, root_output,
-                                       TraceTarget, traced_tasks, tracing_client, write_traces)
+from wildtrace.tracking.traces import (assessments, build_trace, call_attributes, chat_in, chat_out, root_output,
+                                       task_tags, TraceTarget, traced_tasks, tracing_client, write_traces)
 
 ANSWER = {"question_id": "q1", "prompt_ref": "Read the report. 事故报告", "response": "The seal was worn.",
           "finish_reason": "stop", "status": "answered", "attempts": 2, "latency_s": 1.5, "started_at": 1700000000.0,
@@ -50,7 +50,8 @@ def reference_trace(done: TaskDone, target: TraceTarget) -> str:
         start_time_ns=int(r["started_at"] * ns),
         inputs={"question_id": done.question_id, "document": r["document"], "prompt": r["prompt_ref"]},
         metadata={"mlflow.sourceRun": target.run_id},
-        tags={"question_id": done.question_id, "status": done.status, "wildtrace.cached": "true"},
+        tags={**target.tags, **task_tags(done), "question_id": done.question_id, "status": done.status,
+              "wildtrace.cached": "true"},
         attributes={k: str(v) for k, v in done.meta.items()})
     start = int(r["started_at"] * ns)
     caps = mlflow.start_span_no_context("caps decision", span_type="PARSER", parent_span=root,
@@ -76,8 +77,8 @@ def reference_trace(done: TaskDone, target: TraceTarget) -> str:
                                   status=j["status"], reason=j.get("reason")), end_time_ns=je)
     root.end(outputs=root_output(done), end_time_ns=end)
     mlflow.flush_trace_async_logging()
-    for f in feedbacks(root.trace_id, done, target):
-        mlflow.log_assessment(trace_id=root.trace_id, assessment=f)
+    for a in assessments(root.trace_id, done, target):
+        mlflow.log_assessment(trace_id=root.trace_id, assessment=a)
     return root.trace_id
 
 
@@ -113,7 +114,8 @@ def store(tmp_path):
     client = client_for(uri)
     experiment = client.create_experiment("traces", artifact_location=f"file://{tmp_path}/mlartifacts")
     run = client.create_run(experiment)
-    return uri, client, TraceTarget(experiment, run.info.run_id, ROUTES, "route-model")
+    return uri, client, TraceTarget(experiment, run.info.run_id, ROUTES, "route-model",
+                                    {"decoding.temperature": "0.1", "judge_panel.judges": "gemini,qwen"})
 
 
 def test_a_trace_reads_back_as_mlflows_own_tracer_writes_it(store):
@@ -173,7 +175,7 @@ def test_a_batch_is_stored_whole_and_a_trace_without_spans_is_completed(store):
     write_traces(tc, target.experiment_id, traces[:1], spans_only={traces[0].info.trace_id})
     found = traced_tasks(client, target)
     assert sorted(found) == sorted(d.question_id for d in dones)
-    assert all(s.has_spans and s.assessments == 2 for s in found.values())
+    assert all(s.has_spans and s.assessments == 3 for s in found.values())  # 2 judges, the panel's score
     assert len(client.get_trace(traces[0].info.trace_id).data.spans) == 5
 
 
@@ -191,3 +193,19 @@ def tasks(n: int) -> list[TaskDone]:
     """n copies of the judged task, each its own question."""
     return [dataclasses.replace(DONE, question_id=f"q{i}", answer=dataclasses.replace(DONE.answer, question_id=f"q{i}"))
             for i in range(n)]
+
+
+def test_each_judge_is_feedback_on_its_own_span_and_a_failed_one_carries_its_error():
+    target = TraceTarget("1", "run-a", ROUTES)
+    trace = build_trace(DONE, target)
+    spans = {s.name: s.span_id for s in trace.data.spans}
+    got = {a.name: a for a in trace.info.assessments}
+    assert set(got) == {"judge/qwen", "judge/gemini", "panel/score"}  # one judge scored: no spread
+    assert (got["judge/qwen"].value, got["judge/qwen"].error) == (0.5, None)
+    failed = got["judge/gemini"]
+    assert failed.value is None
+    assert (failed.error.error_code, failed.error.error_message) == ("unavailable", "unparseable")
+    for key in ("qwen", "gemini"):
+        assert got[f"judge/{key}"].span_id == spans[f"judge {key}"]
+        assert got[f"judge/{key}"].run_id == "run-a" and got[f"judge/{key}"].source.source_id == ROUTES[key]
+    assert got["panel/score"].span_id == spans["task q1"] and got["panel/score"].value == 0.5

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,35 +23,18 @@ from typing import Any
 from wildtrace.core.records import LogStatus, RunStatus
 from wildtrace.files import write_json
 from wildtrace.tracking import documents
-from wildtrace.tracking.parent import refresh_parent
+from wildtrace.tracking.parent import refresh_parent, swept_keys
 from wildtrace.tracking.rundir import (RUN_FILES, RunDir, base_tags, judgment_table, metrics_of, params_of,
-                                       read_run_dir, run_name, tags_of, task_table)
+                                       read_run_dir, run_name, tags_of, task_table, trace_tags)
 from wildtrace.tracking.store import (client_for, default_artifact_location, get_or_create_experiment,
                                       log, replace_table, terminate_quietly)
-from wildtrace.tracking.traces import TraceExporter, TraceTarget, log_feedback, task_dones_of, traced_tasks
+from wildtrace.tracking.traces import (TraceExporter, TraceTarget, assessments, log_feedback, task_dones_of,
+                                      traced_tasks)
 
 MARKER = "mlflow.json"
 #: How long the end of a run waits for the trace thread before leaving the rest to upload.
 TRACE_WAIT_S = 600.0
 DATASET_ATTEMPTS = 3
-#: An override that changes the panel's membership (an ablation keeps the panel's name):
-#: ``~judge_panel.judges.x``, ``+judge_panel.judges.x=…``, ``judge_panel.judges=…``.
-_MEMBERSHIP = re.compile(r"^(?:~judge_panel\.judges\.[^.=]+(?:=.*)?|\+{1,2}judge_panel\.judges\.[^.=]+=.*"
-                         r"|judge_panel\.judges=.*)$")
-
-
-def readable_name(config: dict, stats: dict, run_date: str | None) -> str:
-    """The run's MLflow name: ``rundir.run_name``, with the panel's members after its name when the
-    run changed them (``offline_panel judges=balanced,lenient``), so an ablation does not look
-    like the full panel in MLflow's run list."""
-    name = run_name(config, stats, run_date)
-    if any(_MEMBERSHIP.match(str(o)) for o in stats.get("overrides") or []):
-        panel = str(config["judge_panel"]["name"])
-        members = ",".join(sorted(config["judge_panel"].get("judges") or {}))
-        name = name.replace(f" · {panel} · ", f" · {panel} judges={members} · ", 1)
-    return name
-
-
 @dataclass
 class Target:
     """An MLflow run being logged, and where."""
@@ -129,18 +111,20 @@ def start_ms(run_date: str | None) -> int | None:
 def create_run(target: Target, config: dict, stats: dict, out_dir: str, run_date: str | None,
                parent_run_id: str | None) -> Target:
     """A new MLflow run named uniquely, with the tags known before any file exists."""
-    name = unique_name(target.client, target.experiment_id, readable_name(config, stats, run_date))
+    swept = swept_keys(target.client, parent_run_id)
+    name = unique_name(target.client, target.experiment_id, run_name(config, stats, run_date, swept))
     run = target.client.create_run(target.experiment_id, run_name=name, start_time=start_ms(run_date),
                                    tags={**base_tags(config, out_dir, parent_run_id), "wildtrace.status": "running"})
     target.run_id = run.info.run_id
     return target
 
 
-def rename_if_needed(target: Target, rd: RunDir) -> None:
-    """Rename a run whose name no longer says what the files say (e.g. a temperature dropped mid-run)."""
+def rename_if_needed(target: Target, rd: RunDir, swept: list[str]) -> None:
+    """Rename a run whose name no longer says what the files say (its overrides, which the run's
+    start did not know, or a temperature dropped mid-run)."""
     info = target.client.get_run(target.run_id).info
     started = datetime.datetime.fromtimestamp(info.start_time / 1000, datetime.UTC).isoformat()
-    wanted = readable_name(rd.config, rd.stats, started)  # the run's own start: the time stamp never moves
+    wanted = run_name(rd.config, rd.stats, started, swept)  # the run's own start: the time stamp never moves
     current = info.run_name or ""
     if current != wanted and not current.startswith(wanted + " #"):
         target.client.update_run(target.run_id, name=unique_name(target.client, target.experiment_id, wanted))
@@ -185,8 +169,9 @@ def log_contents(target: Target, rd: RunDir, parent_run_id: str | None,
     from mlflow.entities import Metric, Param, RunTag
 
     client, run_id = target.client, target.run_id
-    tags = tags_of(rd, parent_run_id)
-    rename_if_needed(target, rd)
+    swept = swept_keys(client, parent_run_id)
+    tags = tags_of(rd, parent_run_id, swept)
+    rename_if_needed(target, rd, swept)
     uris: dict[str, str] = {}
     if rd.mlflow.get("log_documents", True):
         store_run, uris = documents.store_documents(client, rd, target.artifact_location, uploader)
@@ -210,7 +195,8 @@ def log_contents(target: Target, rd: RunDir, parent_run_id: str | None,
 def trace_target(target: Target, rd: RunDir) -> TraceTarget:
     """Where a run's traces go, and the judges' routes for their feedback."""
     routes = {k: v.get("route", k) for k, v in rd.config["judge_panel"]["judges"].items()}
-    return TraceTarget(target.experiment_id, target.run_id, routes, rd.config["model"].get("route"))
+    return TraceTarget(target.experiment_id, target.run_id, routes, rd.config["model"].get("route"),
+                       trace_tags(rd.config, rd.stats))
 
 
 def finish_traces(target: Target, rd: RunDir, exporter: TraceExporter | None = None) -> int:
@@ -223,7 +209,7 @@ def finish_traces(target: Target, rd: RunDir, exporter: TraceExporter | None = N
     exporter = exporter or TraceExporter(tt, target.tracking_uri)
     exporter.complete_spans(set(existing) - complete)
     for qid in complete:  # stored, but its feedback was cut off
-        if qid in by_id and existing[qid].assessments < len(by_id[qid].judgments):
+        if qid in by_id and existing[qid].assessments < len(assessments(existing[qid].trace_id, by_id[qid], tt)):
             log_feedback(exporter.client, existing[qid].trace_id, by_id[qid], tt)
     exporter.skip(complete)
     for done in dones:  # the exporter ignores tasks it was given while the run went

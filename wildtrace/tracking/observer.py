@@ -19,6 +19,7 @@ from wildtrace.core.records import LogStatus, RunStatus
 from wildtrace.tracking.mlflow_logger import (TRACE_WAIT_S, Target, complete_run, create_run, logged_status,
                                               open_target, read_run_dir, reason_of, say_not_logged, write_marker)
 from wildtrace.tracking.documents import DocumentUploader
+from wildtrace.tracking.rundir import trace_tags
 from wildtrace.tracking.store import client_for, log, sqlite_path, terminate_quietly
 from wildtrace.tracking.traces import TraceExporter, TraceTarget
 
@@ -104,7 +105,8 @@ class MlflowObserver(RunObserver):
                 self.documents = DocumentUploader(self.target.client, self.target.artifact_location)
                 also = functools.partial(self._store_document, self.documents, config["dataset"]["corpus"])
             exporter = TraceExporter(TraceTarget(self.target.experiment_id, self.target.run_id, routes,
-                                                 config["model"].get("route")), self.tracking_uri, also=also)
+                                                 config["model"].get("route"), trace_tags(config, {})),
+                                     self.tracking_uri, also=also)
         except Exception as exc:  # noqa: BLE001 - MLflow trouble must never cost results
             log.warning("MLflow: could not start a run (%s); the run goes on unlogged", reason_of(exc))
             with self._lock:

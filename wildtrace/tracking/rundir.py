@@ -18,9 +18,11 @@ from typing import Any
 import pandas as pd
 
 from wildtrace.core import frames, views
+from wildtrace.core.caps import CapKind
 from wildtrace.core.records import AnswerRecord, AnswerStatus, RunStatus, TaskStatus
 from wildtrace.files import write_json
 from wildtrace.tracking import readable
+from wildtrace.tracking.parent import SWEEP_KEYS_TAG, SWEEP_TAG, SWEPT_PREFIX
 
 #: What names the command a run folder belongs to (its rerun, where it ran, its resolved settings):
 #: written before the run's first request, so a folder killed whole can still be finished.
@@ -28,6 +30,22 @@ COMMAND_FILE = "command.json"
 RUN_FILES = ("scores.json", "responses.json", "judgments.json", "run_stats.json", "config.json")
 MAX_PARAM_CHARS = 6000
 MAX_TAG_CHARS = 5000
+#: MLflow's run type tag and the value its own evaluation runs carry (``mlflow.utils.mlflow_tags``:
+#: MLFLOW_RUN_TYPE, MLFLOW_RUN_TYPE_GENAI_EVALUATE; a test holds them to MLflow's).
+RUN_TYPE_TAG, RUN_TYPE = "mlflow.runType", "genai_evaluate"
+#: An override that changes the panel's membership (an ablation keeps the panel's name):
+#: ``~judge_panel.judges.x``, ``+judge_panel.judges.x=…``, ``judge_panel.judges=…``.
+_MEMBERSHIP = re.compile(r"^(?:~judge_panel\.judges\.[^.=]+(?:=.*)?|\+{1,2}judge_panel\.judges\.[^.=]+=.*"
+                         r"|judge_panel\.judges=.*)$")
+#: How a setting reads in a run's name (``<the key's last part>=<value>`` otherwise).
+SHORT = {"decoding.temperature": "t={}", "decoding.max_tokens": "mt={}", "decoding.replicate": "answer replicate {}",
+         "judge_panel.replicate": "judge replicate {}"}
+#: Overrides that are not a setting of the run's result (where it goes, how it shows) or that the
+#: name says anyway (the choice of model, panel, dataset; their own settings are named).
+NOT_IN_NAME = ("root", "mlflow", "hydra", "out_dir", "progress")
+GROUPS = ("model", "judge_panel", "dataset")
+#: The longest run of differences a run's name starts with (the runs table shows the start).
+NAME_DIFF_CHARS = 60
 
 
 @dataclass
@@ -100,8 +118,9 @@ def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
 
 
 def metric_name(*parts: str) -> str:
-    """A legal MLflow metric name from parts (alphanumerics, _ - . / and space)."""
-    return ".".join(re.sub(r"[^A-Za-z0-9_\-/ ]", "_", str(p)) for p in parts)
+    """A legal MLflow metric key from parts joined by "/" (MLflow's charts group by the first part);
+    a part keeps letters, digits, _ - . and space."""
+    return "/".join(re.sub(r"[^A-Za-z0-9_\-. ]", "_", str(p)) for p in parts)
 
 
 def tag_part(text: Any) -> str:
@@ -125,21 +144,61 @@ def short_time(run_date: str | None) -> str:
         return ""
 
 
-def run_name(config: Mapping, stats: Mapping, run_date: str | None) -> str:
-    """model · panel · t= · mt= · answer replicate · judge replicate · time: what tells runs apart
-    in MLflow's lists.
+def judges_of(config: Mapping) -> str:
+    """The panel's composition: its judges' keys, sorted, comma-joined (an ablation's differs)."""
+    return ",".join(sorted(config["judge_panel"].get("judges") or {}))
+
+
+def override_key(override: str) -> str:
+    """``~a.b``, ``+a.b=1``, ``++a.b=1``, ``a.b=1`` → ``a.b``."""
+    return override.lstrip("~+").split("=", 1)[0]
+
+
+def _setting_text(key: str, config: Mapping, stats: Mapping) -> str | None:
+    """How one setting reads in a run's name, None for what the name does not show."""
+    if key in SHORT:
+        group, name = key.split(".")
+        value: Any = config[group].get(name)
+        if key == "decoding.temperature" and not temperature_sent(config, stats):
+            value = "—"
+        if key == "decoding.max_tokens":
+            value = stats.get("effective_max_tokens") or value or "auto"
+        return SHORT[key].format(value)
+    if key.split(".")[0] in NOT_IN_NAME or key in GROUPS:
+        return None
+    flat = flatten(config)
+    return f"{key.rsplit('.', 1)[-1]}={flat[key]}" if key in flat else None
+
+
+def differences(config: Mapping, stats: Mapping, swept: Sequence[str] = ()) -> list[str]:
+    """What sets this run apart, shortest first-read form: the swept keys first, then the settings its
+    overrides changed (``t=0.4``, ``judges=balanced,lenient``, ``judge replicate 2``, ``en=100000``)."""
+    overrides = [str(o) for o in stats.get("overrides") or []]
+    keys = list(dict.fromkeys([*swept, *(override_key(o) for o in overrides)]))
+    parts = []
+    if any(_MEMBERSHIP.match(o) for o in overrides):
+        parts.append(f"judges={judges_of(config)}")
+    for key in keys:
+        if key.startswith("judge_panel.judges"):
+            continue  # membership, said once above (a judge's own setting is in the params)
+        text = _setting_text(key, config, stats)
+        if text:
+            parts.append(text)
+    return parts
+
+
+def run_name(config: Mapping, stats: Mapping, run_date: str | None, swept: Sequence[str] = ()) -> str:
+    """What differs · model · panel · time: the start of the name, which MLflow's runs table shows,
+    says what tells this run from its neighbours (``differences``; cut at NAME_DIFF_CHARS).
 
     ``t=—`` when the temperature was not sent: a temperature sweep over such a model must not
-    look like several settings. The replicates are spelled out, as the config names them
-    (``decoding.replicate``, ``judge_panel.replicate``; 0 is the first): ``rep=0/1`` had to be
-    looked up.
+    look like several settings. Every setting is a param and the ones experiments vary are
+    tags too (``base_tags``), so the name need not hold what did not change.
     """
-    d = config["decoding"]
-    t = d["temperature"] if temperature_sent(config, stats) else "—"
-    mt = stats.get("effective_max_tokens") or d.get("max_tokens") or "auto"
-    parts = [str(config["model"]["name"]), str(config["judge_panel"]["name"]), f"t={t} mt={mt}",
-             f"answer replicate {d['replicate']}", f"judge replicate {config['judge_panel']['replicate']}",
-             short_time(run_date)]
+    diff = " ".join(differences(config, stats, swept))
+    if len(diff) > NAME_DIFF_CHARS:
+        diff = diff[:NAME_DIFF_CHARS - 1] + "…"
+    parts = [diff, str(config["model"]["name"]), str(config["judge_panel"]["name"]), short_time(run_date)]
     return " · ".join(p for p in parts if p)
 
 
@@ -149,16 +208,29 @@ def params_of(rd: RunDir) -> dict[str, str]:
     params = flatten(config)
     params["decoding.effective_max_tokens"] = str(rd.stats.get("effective_max_tokens"))
     params["decoding.temperature_sent"] = str(temperature_sent(rd.config, rd.stats)).lower()
+    params.update(panel_settings(rd.config))
     return params
 
 
+def panel_settings(config: Mapping) -> dict[str, str]:
+    """``judge_panel.judges`` (the composition, sorted, comma-joined) and ``judge_panel.n_judges``:
+    an ablation keeps the panel's name, these tell it from the full panel."""
+    return {"judge_panel.judges": judges_of(config),
+            "judge_panel.n_judges": str(len(config["judge_panel"].get("judges") or {}))}
+
+
 def base_tags(config: Mapping, out_dir: str, parent_run_id: str | None) -> dict[str, str]:
-    """The tags a run has from its first moment (before any file exists)."""
+    """The tags a run has from its first moment (before any file exists): where it is, what it ran,
+    the settings experiments vary (the panel's composition among them) and MLflow's run type."""
     tags = {
+        RUN_TYPE_TAG: RUN_TYPE,
         "wildtrace.run_dir": str(out_dir),
         "wildtrace.stage": config.get("stage"),
         "model.route": config["model"]["route"],
         "judge_panel.name": config["judge_panel"]["name"],
+        **panel_settings(config),
+        "decoding.temperature": config["decoding"].get("temperature"),
+        "decoding.max_tokens": config["decoding"].get("max_tokens") or "auto",
         "dataset.name": config.get("dataset", {}).get("name"),
         "replicate.decoding": str(config["decoding"]["replicate"]),
         "replicate.judge_panel": str(config["judge_panel"]["replicate"]),
@@ -168,7 +240,28 @@ def base_tags(config: Mapping, out_dir: str, parent_run_id: str | None) -> dict[
     }
     if parent_run_id:
         tags["mlflow.parentRunId"] = parent_run_id
+        tags[SWEEP_TAG] = "child"
     return {k: str(v) for k, v in tags.items() if v is not None}
+
+
+def trace_tags(config: Mapping, stats: Mapping) -> dict[str, str]:
+    """The run's settings on each of its traces, to filter them by: temperature (``—`` when not sent),
+    max_tokens (``auto``: the model's default budget, where the config sets none and the run has not
+    said it yet), both replicates, the panel and its judges."""
+    d, panel = config["decoding"], config["judge_panel"]
+    return {"decoding.temperature": str(d["temperature"] if temperature_sent(config, stats) else "—"),
+            "decoding.max_tokens": str(stats.get("effective_max_tokens") or d.get("max_tokens") or "auto"),
+            "decoding.replicate": str(d["replicate"]), "judge_panel.replicate": str(panel["replicate"]),
+            "judge_panel.name": str(panel["name"]), **panel_settings(config)}
+
+
+def swept_tags(config: Mapping, stats: Mapping, swept: Sequence[str]) -> dict[str, str]:
+    """A sweep child's value of each swept key (``sweep.<key>``), as its override gave it, and the keys."""
+    given = {override_key(o): str(o).split("=", 1)[1] for o in stats.get("overrides") or [] if "=" in str(o)}
+    flat = flatten(config)
+    tags = {f"{SWEPT_PREFIX}{k}": given.get(k, flat.get(k)) for k in swept}
+    tags[SWEEP_KEYS_TAG] = ",".join(swept)
+    return {k: str(v)[:MAX_TAG_CHARS] for k, v in tags.items() if v is not None}
 
 
 def warning_tags(stats: Mapping) -> dict[str, str]:
@@ -189,8 +282,9 @@ def warning_tags(stats: Mapping) -> dict[str, str]:
     return tags
 
 
-def tags_of(rd: RunDir, parent_run_id: str | None) -> dict[str, str]:
-    """Provenance: harness, data, date, context policy, overrides, replicates, warnings."""
+def tags_of(rd: RunDir, parent_run_id: str | None, swept: Sequence[str] = ()) -> dict[str, str]:
+    """Provenance: harness, data, date, context policy, overrides, replicates, warnings; a sweep
+    child's swept keys and values (``swept``: the sweep's keys)."""
     s, d = rd.stats, rd.stats.get("dataset", {})
     tags = {
         **base_tags(rd.config, str(rd.path), parent_run_id),
@@ -206,6 +300,8 @@ def tags_of(rd: RunDir, parent_run_id: str | None) -> dict[str, str]:
         "hydra.overrides": " ".join(s.get("overrides", [])),
     }
     tags.update(warning_tags(s))
+    if swept:
+        tags.update(swept_tags(rd.config, s, swept))
     return {k: str(v)[:MAX_TAG_CHARS] for k, v in tags.items() if v is not None}
 
 
@@ -215,12 +311,24 @@ def _frames(rd: RunDir) -> tuple[pd.DataFrame, pd.DataFrame]:
     judgments = frames.judgments_frame({k: j.get(k) for k in (views.QID, views.JUDGE, views.STATUS, views.SCORE)}
                                        for j in rd.judgments)
     columns = (views.QID, views.STATUS, views.SCORE, views.PARADIGM, views.TIER)
-    tasks = pd.DataFrame([{k: t[k] for k in columns if k in t} for t in (rd.scores or {}).get("tasks", [])])
+    languages = {r["question_id"]: language_of(r.get("caps")) for r in rd.responses}
+    tasks = pd.DataFrame([{**{k: t[k] for k in columns if k in t}, LANGUAGE: languages.get(t[views.QID])}
+                          for t in (rd.scores or {}).get("tasks", [])])
     return tasks, judgments
 
 
+#: The task's language, English or Chinese by the spec's CJK rule (``core.caps``).
+LANGUAGE = "language"
+
+
+def language_of(caps: Mapping | None) -> str | None:
+    """English or Chinese by the caps decision's kind (the spec's CJK rule); None without a decision."""
+    kind = (caps or {}).get("cap_kind")
+    return None if kind is None else ("Chinese" if kind == CapKind.CJK else "English")
+
+
 def _score_metrics(s: Mapping) -> dict[str, Any]:
-    m: dict[str, Any] = {k: readable.percent(s[k]) for k in ("overall", "scored") if s.get(k) is not None}
+    m: dict[str, Any] = {f"{k}_pct": readable.percent(s[k]) for k in ("overall", "scored") if s.get(k) is not None}
     for key in ("n_total", "n_scored", "n_out_of_context", "n_failed", "n_unscored", "n_missing",
                 "n_budget_exhausted"):
         if s.get(key) is not None:
@@ -241,13 +349,15 @@ def _breakdown_metrics(rd: RunDir) -> dict[str, Any]:
                 m[metric_name("agreement", pair.replace("~", "__"), key)] = readable.fraction(row[key])
     if not len(tasks):
         return m
-    for column, label in ((views.PARADIGM, "paradigm"), (views.TIER, "tier")):
+    for column, label in ((views.PARADIGM, "paradigm"), (views.TIER, "tier"), (LANGUAGE, LANGUAGE)):
         if column not in tasks:
             continue
         for row in frames.breakdown(tasks[[views.QID, views.STATUS, views.SCORE]], tasks, column).to_dict("records"):
+            if not isinstance(row[column], str):  # a task without the attribute (NaN)
+                continue
             for key in ("all", "scored"):
                 if row[key] is not None and row[key] == row[key]:
-                    m[metric_name(label, row[column], key)] = readable.percent(100.0 * row[key])
+                    m[metric_name(label, row[column], f"{key}_pct")] = readable.percent(100.0 * row[key])
     return m
 
 

@@ -24,7 +24,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from wildtrace.core.records import LogStatus, RunStatus
-from wildtrace.tracking.parent import refresh_parent
+from wildtrace.tracking.parent import SWEEP_KEYS_TAG, SWEEP_TAG, refresh_parent
 from wildtrace.tracking.store import client_for, default_artifact_location, get_or_create_experiment
 
 PARENT_FILE = "mlflow_parent.json"
@@ -61,12 +61,17 @@ def _job_overrides(job_dir: Path) -> str:
     return " ".join(map(str, OmegaConf.load(path))) if path.exists() else ""
 
 
+def job_dirs(sweep_dir: str | Path) -> list[Path]:
+    """A sweep's job folders (0, 1, …), in job order."""
+    root = Path(sweep_dir)
+    folders = [p for p in root.iterdir() if p.is_dir() and p.name.isdigit()] if root.is_dir() else []
+    return sorted(folders, key=lambda p: int(p.name))
+
+
 def job_rows(sweep_dir: str | Path) -> list[dict]:
     """A row per job folder of a sweep: overrides, overall, scored, MLflow run id, or that it failed."""
     rows = []
-    root = Path(sweep_dir)
-    folders = [p for p in root.iterdir() if p.is_dir() and p.name.isdigit()] if root.is_dir() else []
-    for job_dir in sorted(folders, key=lambda p: int(p.name)):
+    for job_dir in job_dirs(sweep_dir):
         scores = _read(job_dir / "scores.json") or {}
         marker = _read(job_dir / "mlflow.json") or {}
         done = (job_dir / "responses.json").exists()
@@ -106,10 +111,28 @@ def logs_to_stdout(logger: logging.Logger) -> bool:
     return False
 
 
+#: Overrides that say where a sweep goes, not what it runs: left out of the parent's name.
+PLACES = ("root", "mlflow", "hydra", "out_dir", "progress")
+
+
+def sweep_keys(overrides: list[str]) -> list[str]:
+    """The keys a multirun sweeps (``a=1,2``, ``a=range(…)``, ``a=choice(…)``), as Hydra's parser reads them."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except Exception:  # noqa: BLE001 - Hydra refuses the line itself; the name is not the place to say so
+        return []
+    return [o.get_key_element().lstrip("~+") for o in parsed if o.is_sweep_override()]
+
+
 def sweep_name(overrides: list[str]) -> str:
-    """The parent run's name: the swept overrides (those with a comma) first, since they tell sweeps
-    apart, then the rest; past MLflow's limit the tail is cut with "…", never the swept part first."""
-    ordered = [o for o in overrides if "," in o] + [o for o in overrides if "," not in o]
+    """The parent run's name: the swept overrides first, since they tell sweeps apart, then the other
+    settings (not where it goes: root, mlflow, hydra); past NAME_CHARS the tail is cut with "…"."""
+    swept = set(sweep_keys(overrides))
+    settings = [o for o in overrides if o.lstrip("~+").split("=", 1)[0].split(".")[0] not in PLACES]
+    ordered = ([o for o in settings if o.lstrip("~+").split("=", 1)[0] in swept]
+               + [o for o in settings if o.lstrip("~+").split("=", 1)[0] not in swept])
     name = "sweep · " + " ".join(ordered)
     return name if len(name) <= NAME_CHARS else name[:NAME_CHARS - 1] + "…"
 
@@ -136,9 +159,10 @@ class MlflowSweepCallback(Callback):
             client = client_for(uri)
             location = default_artifact_location(uri, config.mlflow.artifact_location, config.root)
             experiment_id = get_or_create_experiment(client, config.mlflow.experiment, location)
-            overrides = " ".join(HydraConfig.get().overrides.task)
-            run = client.create_run(experiment_id, run_name=sweep_name(HydraConfig.get().overrides.task),
-                                    tags={"wildtrace.sweep": "parent", "hydra.overrides": overrides})
+            task = list(HydraConfig.get().overrides.task)
+            run = client.create_run(experiment_id, run_name=sweep_name(task),
+                                    tags={SWEEP_TAG: "parent", SWEEP_KEYS_TAG: ",".join(sweep_keys(task)),
+                                          "hydra.overrides": " ".join(task)})
             Path(self._sweep_dir).mkdir(parents=True, exist_ok=True)
             parent_file(self._sweep_dir).write_text(json.dumps({"run_id": run.info.run_id, "tracking_uri": uri}))
             self._parent, self._uri = run.info.run_id, uri
@@ -159,7 +183,7 @@ class MlflowSweepCallback(Callback):
         self._closed = True
         if self._parent and self._uri:
             try:
-                refresh_parent(client_for(self._uri), self._parent, close=status)
+                refresh_parent(client_for(self._uri), self._parent, close=status, job_dirs=job_dirs(self._sweep_dir))
             except Exception as exc:  # noqa: BLE001
                 log.warning("MLflow: could not close the sweep's parent run %s (%s)", self._parent, exc)
         text = summary_text(job_rows(self._sweep_dir), self._parent)

@@ -2,7 +2,16 @@
 
 A trace is ``task <id>`` (CHAIN) → ``caps decision`` (PARSER), ``answer`` and ``judge <key>``
 (CHAT_MODEL, chat-shaped so the UI shows prompt and reply as a conversation, token usage in
-MLflow's own attribute so its token views count it); each judge's score is feedback.
+MLflow's own attribute so its token views count it).
+
+What a trace says, for filtering and sorting in MLflow's Traces tab and ``mlflow.search_traces``:
+tags with the run's settings (``decoding.temperature``, ``decoding.max_tokens``, both
+replicates, the panel and its judges) and the task's (``paradigm``, ``context_tier``,
+``language``); the rubric as an Expectation; on the root span, the panel's score and the
+judges' spread (max − min) as Feedback (``panel/score``, ``panel/spread``, 0–1; the spread
+also as the tag ``panel.spread``, which ``order_by`` can sort); on each judge's span, its
+score as Feedback from its route and this run, or the reason it has none as the Feedback's
+error.
 
 The traces are made here as MLflow entities (the attributes and metadata MLflow's own tracer
 writes; a test compares the two) and stored through MLflow's trace client: each trace's info,
@@ -33,8 +42,9 @@ from typing import Any
 
 from wildtrace.core.events import TaskDone
 from wildtrace.core.records import AnswerRecord, AnswerStatus, JudgmentRecord
+from wildtrace.core.prompts import JUDGE_RESPONSE, JUDGE_RUBRIC
 from wildtrace.tracking import mlflow_compat, readable
-from wildtrace.tracking.rundir import RunDir, task_status_of
+from wildtrace.tracking.rundir import LANGUAGE, RunDir, language_of, task_status_of
 from wildtrace.tracking.store import open_store
 
 log = logging.getLogger("wildtrace.tracking")
@@ -146,6 +156,8 @@ class TraceTarget:
     """judge key → route, the feedback's source id."""
     model: str | None = None
     """The model's route, for spans whose row names no served model."""
+    tags: dict[str, str] = field(default_factory=dict)
+    """The run's settings every trace is tagged with (``rundir.trace_tags``)."""
 
 
 # --- building a trace (MLflow entities, made here: no OpenTelemetry provider, no global state) ---
@@ -164,6 +176,21 @@ def _ids(run_id: str, question_id: str) -> tuple[int, str]:
 def _span_id(otel_trace: int, index: int) -> int:
     digest = hashlib.sha256(f"{otel_trace:032x}/{index}".encode()).digest()
     return int.from_bytes(digest[:8], "big") or 1
+
+
+def span_hex(run_id: str, question_id: str, index: int) -> str:
+    """A span's id as MLflow shows it (16 hex digits): index 0 is the root, then the drafts in order."""
+    return f"{_span_id(_ids(run_id, question_id)[0], index):016x}"
+
+
+def answer_span(answer: AnswerRecord) -> bool:
+    """Whether a task's trace has an answer span: a call was made or served from the cache."""
+    return answer.status != AnswerStatus.OUT_OF_CONTEXT and bool(answer.attempts or answer.provenance.cached)
+
+
+def first_judge_span(answer: AnswerRecord) -> int:
+    """The index of the first judge span: after the root, the caps decision and the answer span if any."""
+    return 3 if answer_span(answer) else 2
 
 
 @dataclass
@@ -254,7 +281,7 @@ def build_trace(done: TaskDone, target: TraceTarget) -> Any:
                      {k: str(v) for k, v in done.meta.items()}),
               _Draft("caps decision", "PARSER", start, start, {"doc_chars": (r.caps or {}).get("doc_chars")},
                      r.caps, {}, parent=0)]
-    if r.status != AnswerStatus.OUT_OF_CONTEXT and (r.attempts or r.provenance.cached):  # a call was made or served
+    if answer_span(r):
         drafts.append(_answer_draft(done, target, (start, end)))
     drafts.extend(_judge_draft(j, target, (start, end)) for j in done.judgments)
     spans = _spans(drafts, otel, trace_id, target.experiment_id)
@@ -269,23 +296,87 @@ def build_trace(done: TaskDone, target: TraceTarget) -> Any:
         trace_id=trace_id, trace_location=TraceLocation.from_experiment_id(target.experiment_id),
         request_time=start // 1_000_000, execution_duration=(end - start) // 1_000_000, state=TraceState.OK,
         trace_metadata=metadata,
-        tags={"mlflow.traceName": f"task {done.question_id}", "question_id": done.question_id,
-              "status": str(done.status), "wildtrace.cached": str(bool(r.provenance.cached)).lower()},
-        assessments=feedbacks(trace_id, done, target))
+        tags={**target.tags, **task_tags(done), "mlflow.traceName": f"task {done.question_id}",
+              "question_id": done.question_id, "status": str(done.status),
+              "wildtrace.cached": str(bool(r.provenance.cached)).lower()},
+        assessments=assessments(trace_id, done, target))
     trace = Trace(info=info, data=TraceData(spans=spans))
     mlflow_compat.add_size_stats(trace)
     return trace
 
 
-def feedbacks(trace_id: str, done: TaskDone, target: TraceTarget) -> list:
-    """Each judge's score on the trace as LLM-judge feedback."""
-    from mlflow.entities import AssessmentSource, Feedback
+def spread(done: TaskDone) -> float | None:
+    """The judges' disagreement on a task: max − min of the scores they gave (None under two)."""
+    scores = [j.score for j in done.judgments if j.score is not None]
+    return max(scores) - min(scores) if len(scores) >= 2 else None
 
-    return [Feedback(
-        name=f"judge/{j.judge}", value=readable.fraction(j.score), trace_id=trace_id,
-        source=AssessmentSource(source_type="LLM_JUDGE", source_id=target.judge_routes.get(j.judge, j.judge)),
-        rationale=j.reason or cap_text(j.reply),
-        metadata={"total": str(j.total), "status": str(j.status)}) for j in done.judgments]
+
+def task_tags(done: TaskDone) -> dict[str, str]:
+    """The task's own tags: paradigm, context tier, language (the spec's CJK rule), the panel's spread."""
+    tags = {k: str(v) for k, v in done.meta.items() if v is not None}
+    language = language_of(done.answer.caps)
+    if language:
+        tags[LANGUAGE] = language
+    gap = spread(done)
+    if gap is not None:  # fixed digits: the tag sorts as the number does (``order_by=["tag.panel.spread DESC"]``)
+        tags["panel.spread"] = f"{gap:.{readable.FRACTION_DIGITS}f}"
+    return tags
+
+
+def rubric_of(done: TaskDone) -> str | None:
+    """The rubric as the judges saw it (their prompt's rubric lines), None when no judge was asked."""
+    for j in done.judgments:
+        _, sep, rest = (j.prompt or "").partition(JUDGE_RUBRIC)
+        rubric, sep2, _tail = rest.partition(JUDGE_RESPONSE)
+        if sep and sep2:
+            return rubric.strip()
+    return None
+
+
+def assessments(trace_id: str, done: TaskDone, target: TraceTarget) -> list:
+    """Everything a task's trace is assessed with: the rubric (Expectation), the panel's score and
+    spread on the root span, each judge's Feedback on its span."""
+    from mlflow.entities import AssessmentSource, Expectation, Feedback
+
+    root = span_hex(target.run_id, done.question_id, 0)
+    harness = AssessmentSource(source_type="CODE", source_id="wildtrace")
+    out: list = []
+    rubric = rubric_of(done)
+    if rubric:
+        out.append(Expectation(name="rubric", value=rubric, trace_id=trace_id, span_id=root,
+                               source=AssessmentSource(source_type="HUMAN", source_id="dataset")))
+    if done.score is not None:
+        out.append(Feedback(name="panel/score", value=readable.fraction(done.score), trace_id=trace_id, span_id=root,
+                            source=harness, rationale="the mean of the judges' scores (spec §4)"))
+    gap = spread(done)
+    if gap is not None:
+        out.append(Feedback(name="panel/spread", value=readable.fraction(gap), trace_id=trace_id, span_id=root,
+                            source=harness, rationale="max − min of the judges' scores"))
+    out.extend(feedbacks(trace_id, done, target))
+    for a in out:
+        a.run_id = target.run_id  # the run that made it (MLflow's source run of an assessment)
+    return out
+
+
+def feedbacks(trace_id: str, done: TaskDone, target: TraceTarget) -> list:
+    """Each judge's score as LLM-judge feedback on its span; a judge without a score gives its
+    status and reason as the feedback's error."""
+    from mlflow.entities import AssessmentError, AssessmentSource, Feedback
+
+    first = first_judge_span(done.answer)
+    out = []
+    for i, j in enumerate(done.judgments):
+        error = None if j.score is not None else AssessmentError(
+            error_code=str(j.status), error_message=str(j.reason or j.error or j.status))
+        f = Feedback(
+            name=f"judge/{j.judge}", value=readable.fraction(j.score), error=error, trace_id=trace_id,
+            span_id=span_hex(target.run_id, done.question_id, first + i),
+            source=AssessmentSource(source_type="LLM_JUDGE", source_id=target.judge_routes.get(j.judge, j.judge)),
+            rationale=j.reason or cap_text(j.reply),
+            metadata={"total": str(j.total), "status": str(j.status)})
+        f.run_id = target.run_id
+        out.append(f)
+    return out
 
 
 def tracing_client(tracking_uri: str) -> Any:
@@ -330,9 +421,9 @@ def _first_line(exc: BaseException) -> str:
 
 
 def log_feedback(client: Any, trace_id: str, done: TaskDone, target: TraceTarget) -> None:
-    """Each judge's feedback on a trace already stored (a store round trip each)."""
-    for f in feedbacks(trace_id, done, target):
-        client.log_assessment(trace_id, f)
+    """A task's assessments on a trace already stored (a store round trip each)."""
+    for a in assessments(trace_id, done, target):
+        client.log_assessment(trace_id, a)
 
 
 @dataclass(frozen=True)
