@@ -98,8 +98,9 @@ def test_params_and_tags(audited):
     assert t["dataset.tasks_sha256"] == audited["result"].stats["dataset"]["tasks_sha256"]
     assert t["wildtrace.git_commit"] and t["run_date"].startswith("20") and "cap" in t["context_policy"]
     assert t["replicate.decoding"] == "0" and t["replicate.judge_panel"] == "0"
-    assert re.fullmatch(r"custom · offline · t=0\.1 mt=8192 · answer replicate 0 · judge replicate 0 · "
+    assert re.fullmatch(r"limit=\d+ · custom · offline · \d\d-\d\d \d\d:\d\d:\d\d|custom · offline · "
                         r"\d\d-\d\d \d\d:\d\d:\d\d", mlrun.info.run_name)
+    assert (t["judge_panel.judges"], t["judge_panel.n_judges"]) == ("a,b", "2")
     assert p["decoding.temperature_sent"] == "true"
 
 
@@ -143,8 +144,8 @@ def test_one_trace_per_task_with_judge_feedback(audited):
     spans = [s.name for s in by_task["ok1"].data.spans]
     assert spans[0] == "task ok1" and set(spans[1:]) == {"caps decision", "answer", "judge a", "judge b"}
     assert [s.name for s in by_task["ooc"].data.spans] == ["task ooc", "caps decision"]
-    feedback = {a.name: a.value for a in by_task["ok1"].info.assessments}
-    assert feedback == {"judge/a": 0.5, "judge/b": 0.7}
+    feedback = {a.name: a.value for a in by_task["ok1"].info.assessments if a.name != "rubric"}
+    assert feedback == {"judge/a": 0.5, "judge/b": 0.7, "panel/score": 0.6, "panel/spread": 0.2}
 
 
 def test_no_secret_and_no_leaked_tracking_uri(audited):

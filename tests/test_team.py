@@ -65,7 +65,7 @@ def check_logged(client: MlflowClient, child) -> None:
     by_task = {t["question_id"]: t for t in scores["tasks"]}
     for trace in traces:
         task = by_task[trace.info.tags["question_id"]]
-        feedback = {a.name: a.value for a in trace.info.assessments}
+        feedback = {a.name: a.value for a in trace.info.assessments if a.name.startswith("judge/")}
         assert set(feedback) == OFFLINE_JUDGES, task["question_id"]
         assert feedback == {f"judge/{k}": pytest.approx(v["score"]) for k, v in task["judges"].items()}
 

@@ -168,9 +168,9 @@ def test_traces_are_stored_while_the_run_goes(logged):
 def test_run_finished_and_named_for_a_person(logged):
     run = logged["s"].client().get_run(logged["run_id"])
     assert run.info.status == "FINISHED"
-    # the temperature was dropped (run_stats.temperature_dropped): the name and params say so
-    assert re.fullmatch(r"custom · offline · t=— mt=8192 · answer replicate 0 · judge replicate 0 · 12-01 10:00:05",
-                        run.info.run_name)
+    # no overrides: nothing differs, the name is model · panel · time; the temperature was dropped
+    # (run_stats.temperature_dropped): the params and tags say so
+    assert run.info.run_name == "custom · offline · 12-01 10:00:05"
     assert run.data.params["decoding.temperature_sent"] == "false"
     t = run.data.tags
     assert t["wildtrace.warning.reasoning_budget"] == "reasoning model under 32768 tokens"
@@ -223,7 +223,7 @@ def test_spans_are_typed_and_chat_shaped(logged):
     assert message == {"role": "assistant", "content": "The seal was worn (q0)."}
     assert spans["answer"].outputs["reasoning"] == "thinking about q0"  # apart from the answer
     assert spans["answer"].attributes["mlflow.llm.model"] == "test-model-2026-01-01"
-    assert {a.name: a.value for a in trace.info.assessments} == {"judge/offline": 0.6}
+    assert {a.name: a.value for a in trace.info.assessments if a.name.startswith("judge/")} == {"judge/offline": 0.6}
 
 
 def test_second_upload_logs_nothing(logged, capsys):
@@ -278,7 +278,7 @@ def test_upload_sends_the_spans_of_a_trace_cut_off_before_them(tmp_path):
     traces = {t.info.tags["question_id"]: t for t in traces_of(client, run_id)}
     assert sorted(traces) == ["q0", "q1", "q2"]
     assert traces["q0"].info.trace_id == cut.info.trace_id and len(traces["q0"].data.spans) == len(cut.data.spans)
-    assert len(traces["q0"].info.assessments) == len(s.dones[0].judgments)  # its feedback not repeated
+    assert len(traces["q0"].info.assessments) == len(cut.info.assessments)  # its feedback not repeated
 
 
 def test_documents_are_stored_once_across_runs(tmp_path):
