@@ -8,6 +8,8 @@
 - Gemini: implicit, for prompts of 1,024 tokens or more; a repeat reports ``cachedContentTokenCount``.
 
 A token is 4 bytes of the prompt. The answer never depends on the cache: an uncached run answers the same.
+A prompt is held once its first call has been answered (``latency_s`` after it arrived): a call that
+arrives while the first is still in flight misses, as at the providers.
 """
 
 from __future__ import annotations
@@ -36,39 +38,42 @@ class PrefixCache:
     """One provider's prompt cache: prompt → when it expires."""
 
     shape: str  # openai | anthropic | gemini
+    latency_s: float = 0.0  # how long each reply takes
     clock: float = 0.0  # added to time.monotonic() (a test may age the cache)
-    held: dict[str, float] = field(default_factory=dict)
+    held: dict[str, tuple[float, float]] = field(default_factory=dict)  # prompt -> (held from, until)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def now(self) -> float:
         return time.monotonic() + self.clock
 
     def lookup(self, prompt: str, lifetime_s: float) -> bool:
-        """Whether the prompt is held now; (re)holds it for ``lifetime_s`` either way."""
+        """Whether the prompt is held now; (re)holds it for ``lifetime_s`` from when this call is answered."""
         with self.lock:
-            hit = self.held.get(prompt, -1.0) > self.now()
-            self.held[prompt] = self.now() + lifetime_s
+            now = self.now()
+            start, until = self.held.get(prompt, (0.0, -1.0))
+            hit = start <= now < until
+            self.held[prompt] = (start if hit else now + self.latency_s, now + self.latency_s + lifetime_s)
             return hit
 
     def __call__(self, call: Call) -> Reply:
         text = ANSWER if call.route == "bench-model" or "Question" in call.prompt else GRADE
         tokens = tokens_of(call.prompt)
         if self.shape == "anthropic":
-            return Reply(200, self._anthropic(call, tokens, text))
+            return Reply(200, self._anthropic(call, tokens, text), delay_s=self.latency_s)
         if self.shape == "gemini":
             hit = tokens >= MIN_TOKENS and self.lookup(call.prompt, LIFETIME_S["5m"])
             usage = {"promptTokenCount": tokens, "candidatesTokenCount": 12, "totalTokenCount": tokens + 12,
                      **({"cachedContentTokenCount": tokens} if hit else {})}
             return Reply(200, {"candidates": [{"content": {"parts": [{"text": text}], "role": "model"},
                                                "finishReason": "STOP"}], "usageMetadata": usage,
-                               "modelVersion": call.path.split("/models/")[-1].split(":")[0]})
+                               "modelVersion": call.path.split("/models/")[-1].split(":")[0]}, delay_s=self.latency_s)
         hit = tokens >= MIN_TOKENS and self.lookup(call.prompt, LIFETIME_S["5m"])
         cached = tokens // OPENAI_STEP * OPENAI_STEP if hit else 0
         return Reply(200, {"id": "x", "object": "chat.completion", "model": call.route,
                            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
                                         "finish_reason": "stop"}],
                            "usage": {"prompt_tokens": tokens, "completion_tokens": 12, "total_tokens": tokens + 12,
-                                     "prompt_tokens_details": {"cached_tokens": cached}}})
+                                     "prompt_tokens_details": {"cached_tokens": cached}}}, delay_s=self.latency_s)
 
     def _anthropic(self, call: Call, tokens: int, text: str) -> dict:
         content = call.body["messages"][-1]["content"]

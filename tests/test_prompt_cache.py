@@ -320,3 +320,32 @@ def test_the_sweep_points_are_the_other_combinations_of_its_decoding_sweeps(tmp_
                                                DecodingConfig(temperature=0.1, replicate=1),
                                                DecodingConfig(temperature=0.4, replicate=0)]
     assert sweep_decodings(tmp_path / "none", own) == []
+
+
+def test_jobs_side_by_side_write_each_prompt_once(tmp_path, test_key):
+    """Two jobs of a replicate sweep in parallel processes (joblib), one cache folder: each prompt is
+    written once and read once, whichever job sends which call."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import TEST_KEY_ENV, make_task, write_release
+    from prefix_cache import PrefixCache
+
+    tasks, corpus = write_release(tmp_path, [make_task(f"q{i}", f"What failed? [q{i}]", "doc.txt")
+                                             for i in range(3)], {"doc.txt": "The pump failed. " * 600})
+    with LoopbackServer(PrefixCache("anthropic", latency_s=3.0)) as server:
+        done = subprocess.run(
+            [sys.executable, "-m", "wildtrace", "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
+             "decoding.replicate=0,1", "model=claude-opus-4.6", f"model.base_url={server.url}",
+             f"model.api_key_env={TEST_KEY_ENV}", "model.stream=false", f"dataset.tasks={tasks}",
+             f"dataset.corpus={corpus}", "judge_panel=offline", "mlflow.enabled=false", "progress=false",
+             f"root={tmp_path / 'outputs'}"], capture_output=True, text=True, timeout=300, env=dict(os.environ))
+    assert done.returncode == 0, done.stderr[-2000:]
+    sent = [c for c in server.calls if c.path.endswith("/v1/messages")]
+    stats = [json.loads(p.read_text()) for p in (tmp_path / "outputs" / "multirun").glob("*/*/*/run_stats.json")]
+    rows = [s["prompt_cache"]["endpoints"].get("model", {}) for s in stats]
+    assert len(stats) == 2 and len(sent) == 6  # each task's two answers sent once, by one job or the other
+    writes = sum(r.get("cache_write_tokens", 0) for r in rows)
+    reads = sum(r.get("cached_input_tokens", 0) for r in rows)
+    assert writes == reads > 0  # one write and one read a prompt: no two first calls raced
