@@ -206,6 +206,10 @@ def _round(frame: pd.DataFrame) -> pd.DataFrame:
     out = frame.copy()
     for column in out.columns:
         digits = 1 if column.endswith(("_pct", "_pp", "_tokens")) else 4
+        if column.startswith(("n_", "tasks_for_", "rank")):  # counts stay whole (a None made the column float)
+            out[column] = pd.Series([int(v) if isinstance(v, float) and v == v else None if isinstance(v, float)
+                                     else v for v in out[column]], index=out.index, dtype=object)
+            continue
         out[column] = pd.Series([round(v, digits) if isinstance(v, float) and v == v
                                  else None if isinstance(v, float) else v for v in out[column]],
                                 index=out.index, dtype=object)
