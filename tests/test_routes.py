@@ -22,7 +22,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from conftest import TEST_KEY_ENV, compose_config, endpoint_spec, make_task, settings, write_release
-from loopback import Call, LoopbackServer, Reply, chat, error
+from loopback import Call, LoopbackServer, Reply, chat, error, sse
 from wildtrace.app import CONF_DIR, prepare
 from wildtrace.config import ConfigError
 from wildtrace.config_check import _conf_retirements, retirement_for
@@ -30,7 +30,7 @@ from wildtrace.core import records as R
 from wildtrace.runtime.catalog import Listing, ListingStatus, list_models, \
     route_status
 from wildtrace.runtime.run import run
-from wildtrace.runtime.served import ServedPolicy, default_pattern
+from wildtrace.runtime.served import MAX_SERVED_CHARS, ServedPolicy, default_pattern
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF = Path(CONF_DIR)
@@ -206,9 +206,59 @@ def test_a_retired_file_fails_before_any_request_in_every_entry_point(group_stem
     ("mr.claude-sonnet-4-6-20260217", "claude-sonnet-4-6-20251001", False),  # another snapshot
     ("doubao-seed-2-1-pro-260628", "doubao-seed-2-1-pro-260915", False),
     ("deepseek-v4-pro", "deepseek-flash", False),
+    # release suffixes are dates in the forms providers use, or -001-style versions; nothing else
+    ("gpt-4.1", "gpt-4.1-20250414", True),  # YYYYMMDD
+    ("gpt-4.1", "gpt-4.1-250414", True),  # YYMMDD
+    ("qwen3.5-plus", "qwen3.5-plus-0115", True),  # MMDD, as Qwen's snapshots
+    ("qwen3.5-plus", "qwen3.5-plus-2026-01-15", True),  # YYYY-MM-DD
+    ("gemini-2.0-flash", "gemini-2.0-flash-002", True),  # a -00N version
+    ("mistral-medium", "mistral-medium-09-2025", True),  # MM-YYYY
+    ("gpt-4.1", "gpt-4.1-999", False),  # not a version
+    ("qwen3.5-plus", "qwen3.5-plus-999999", False),  # not a date
+    ("qwen3.5-plus", "qwen3.5-plus-1399", False),  # month 13
+    ("gpt-4.1", "gpt-4.1-2025-13-01", False),
+    ("gpt-4.1", "gpt-4.1-latest", False),  # -latest only through served_model.expect
+    ("gpt-4.1", "gpt-4.1-000", False),
+    ("deepseek-r1-0528", "deepseek-r1-0528", True),  # a route dated MMDD accepts that date only
+    ("deepseek-r1-0528", "deepseek-r1-0120", False),
 ])
 def test_the_default_pattern_is_the_route_with_a_release_suffix(route, served, ok):
     assert ServedPolicy(default_pattern(route), "fail").matches(served) is ok
+
+
+def test_a_name_past_the_bound_is_refused_not_cut_and_matched():
+    rule = ServedPolicy(default_pattern("gpt-4.1"), "fail")
+    long = "p/" * 95 + "pp/gpt-4.1-mini-2025-04-14"  # cut to the bound it would read ".../pp/gpt-4.1"
+    assert len(long) > MAX_SERVED_CHARS and not rule.matches(long)
+    assert len(long[:MAX_SERVED_CHARS]) == MAX_SERVED_CHARS and rule.matches(long[:MAX_SERVED_CHARS])  # at the bound
+
+
+@pytest.mark.parametrize("provider", ["openai", "gemini"])
+def test_a_blank_name_after_a_named_chunk_is_refused_for_a_judge(tmp_path, test_key, provider):
+    """Content chunks name the re-routed model, the last chunk names "": every name is checked."""
+    names = ["gemini-3.5-flash-lite", "gemini-3.5-flash-lite", ""]
+    pieces = [JUDGE_OK[:10], JUDGE_OK[10:], ""]
+    if provider == "gemini":
+        chunks = [{"candidates": [{"content": {"role": "model", "parts": [{"text": piece}]}, "index": 0,
+                                   **({"finishReason": "STOP"} if i == 2 else {})}], "modelVersion": name,
+                   **({"usageMetadata": {"promptTokenCount": 9, "candidatesTokenCount": 5}} if i == 2 else {})}
+                  for i, (piece, name) in enumerate(zip(pieces, names, strict=True))]
+        reply = sse(*chunks)
+    else:
+        chunks = [{"model": name, "choices": [{"index": 0, "delta": {"content": piece},
+                                               "finish_reason": "stop" if i == 2 else None}]}
+                  for i, (piece, name) in enumerate(zip(pieces, names, strict=True))]
+        reply = sse(*chunks, done=True)
+    with LoopbackServer(lambda call: reply) as server:
+        cfg = _rerouted_run(tmp_path, server, provider)
+        for judge in cfg.judge_panel.judges.values():
+            judge.stream = True
+            judge.route = "gemini-3.5-flash-lite"  # the content chunks' name matches: the blank one does not
+        result = run(cfg)
+    rows = json.loads((result.out_dir / "judgments.json").read_text())
+    assert [(r["status"], r["reason"]) for r in rows] == \
+        [(R.JudgmentStatus.UNAVAILABLE, R.FailReason.SERVED_MODEL_MISMATCH)] * 2
+    assert rows[0]["served_model"] == 'gemini-3.5-flash-lite | ""'
 
 
 def _release(tmp_path: Path, n: int = 2):

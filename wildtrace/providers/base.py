@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -488,6 +488,24 @@ def stream_error(payload: Mapping[str, Any], default: int = 500) -> StreamError:
     error = payload.get("error")
     message = error.get("message") if isinstance(error, Mapping) else error
     return StreamError(error_status(error, default), str(message or "error event in stream")[:2000], payload)
+
+
+#: How a stream whose chunks name several models records them: each name once, in order of arrival.
+SERVED_SEPARATOR = " | "
+
+
+def served_name(names: Sequence[str]) -> str | None:
+    """The model a streamed reply names, from every chunk's name (``""`` included; absent ones left out).
+
+    One name when every chunk names the same; else each distinct name once, in order, joined by
+    SERVED_SEPARATOR, a blank one as ``""`` — so the served-model rule sees every name the reply
+    held, and a blank after a named one is a name of its own, never "names no model"."""
+    distinct = list(dict.fromkeys(name.strip() for name in names))
+    if not distinct or distinct == [""]:
+        return None
+    if len(distinct) == 1:
+        return distinct[0]
+    return SERVED_SEPARATOR.join(name or '""' for name in distinct)
 
 
 def as_str(value: Any) -> str | None:

@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 from wildtrace.core.records import Completion, Usage
 from wildtrace.providers.base import (
+    served_name,
     Provider,
     Sampling,
     StreamReader,
@@ -21,8 +22,11 @@ from wildtrace.providers.base import (
 from wildtrace.providers.reasoning import gemini_format, gemini_thinking_config, join_reasoning
 from wildtrace.providers.sse import SSEEvent
 
-#: finishReason values that mean the answer was withheld by a safety or policy filter.
-BLOCKED = frozenset({"SAFETY", "PROHIBITED_CONTENT", "BLOCKLIST", "SPII", "RECITATION", "IMAGE_SAFETY"})
+#: finishReason values that mean the answer was withheld by a safety or policy filter: every
+#: blocked finish the google-genai types' ``FinishReason`` lists (Model Armor's among them); a
+#: refusal also after streamed text.
+BLOCKED = frozenset({"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY",
+                     "IMAGE_PROHIBITED_CONTENT", "IMAGE_RECITATION", "MODEL_ARMOR"})
 PLAIN_METHOD = ":generateContent"
 STREAM_METHOD = ":streamGenerateContent?alt=sse"
 
@@ -164,6 +168,7 @@ class GeminiStreamReader(StreamReader):
     def __init__(self) -> None:
         super().__init__()
         self.top: dict[str, Any] = {}  # usageMetadata, modelVersion, responseId, promptFeedback
+        self.models: list[str] = []  # every chunk's modelVersion, blank ones too (served_name)
         self.candidate: dict[str, Any] = {}  # finishReason, safetyRatings, ... of candidate 0
         self.role: str | None = None
         self.thoughts: list[str] = []
@@ -187,6 +192,8 @@ class GeminiStreamReader(StreamReader):
         for key in ("usageMetadata", "modelVersion", "responseId", "promptFeedback"):
             if chunk.get(key) is not None:
                 self.top[key] = chunk[key]
+        if isinstance(chunk.get("modelVersion"), str):
+            self.models.append(chunk["modelVersion"])
         for candidate in chunk.get("candidates") or []:
             if isinstance(candidate, Mapping) and candidate.get("index", 0) == 0:
                 self._candidate(candidate)
@@ -239,4 +246,6 @@ class GeminiStreamReader(StreamReader):
             candidate["index"] = 0
             body["candidates"] = [candidate]
         body.update(self.top)
+        if self.models:
+            body["modelVersion"] = served_name(self.models)
         return body

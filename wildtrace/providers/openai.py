@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 
 from wildtrace.core.records import Completion, Usage
 from wildtrace.providers.base import (
+    served_name,
     Provider,
     Sampling,
     StreamReader,
@@ -220,6 +221,7 @@ class OpenAIStreamReader(StreamReader):
     def __init__(self) -> None:
         super().__init__()
         self.head: dict[str, Any] = {}  # id, created, model, system_fingerprint: the last seen
+        self.models: list[str] = []  # every chunk's model, blank ones too (served_name)
         self.usage: Any = None
         self.usage_on_top = False  # a top-level usage was seen (it wins over a per-choice one)
         self.finish_reason: str | None = None
@@ -249,6 +251,8 @@ class OpenAIStreamReader(StreamReader):
         for key in ("id", "created", "model", "system_fingerprint"):
             if chunk.get(key) is not None:
                 self.head[key] = chunk[key]
+        if isinstance(chunk.get("model"), str):
+            self.models.append(chunk["model"])
         if chunk.get("usage"):
             self.usage = chunk["usage"]
             self.usage_on_top = True
@@ -295,6 +299,8 @@ class OpenAIStreamReader(StreamReader):
             message["reasoning_details"] = [{"type": "reasoning.text", "text": "".join(self.details)}]
         choices = [{"index": 0, "message": message, "finish_reason": self.finish_reason}] if self.saw_choice else []
         body: dict[str, Any] = {**self.head, "object": "chat.completion", "choices": choices}
+        if self.models:
+            body["model"] = served_name(self.models)
         if self.usage is not None:
             body["usage"] = self.usage
         return body

@@ -196,6 +196,13 @@ class Sender:
         self._client = client
         self.requests_sent = 0
 
+    def deadline_s(self) -> float:
+        """The longest one attempt may take: ``max_call_s``; for a request not streamed, also ``timeout_s``,
+        which bounds its whole response (httpx's read timeout alone bounds each wait for bytes, so a
+        body trickled a byte at a time would run to ``max_call_s``)."""
+        spec = self.provider.spec
+        return spec.max_call_s if self.streaming else min(spec.max_call_s, spec.timeout_s)
+
     async def aclose(self) -> None:
         """Close the client's connections."""
         await self._client.aclose()
@@ -210,7 +217,7 @@ class Sender:
         spec = self.provider.spec
         self.requests_sent += 1
         try:
-            async with asyncio.timeout(spec.max_call_s):
+            async with asyncio.timeout(self.deadline_s()):
                 wire = self._client.build_request("POST", request.url, content=content, headers=headers)
                 response = await self._client.send(wire, stream=True)
                 try:
@@ -218,7 +225,9 @@ class Sender:
                 finally:
                     await response.aclose()
         except TimeoutError:
-            return Attempt(failure=f"timeout: the call took longer than max_call_s={spec.max_call_s}s")
+            if self.streaming or spec.max_call_s <= spec.timeout_s:
+                return Attempt(failure=f"timeout: the call took longer than max_call_s={spec.max_call_s}s")
+            return Attempt(failure=f"timeout: the whole response took longer than timeout_s={spec.timeout_s}s")
         except httpx.TimeoutException as exc:
             return Attempt(failure=f"timeout: {type(exc).__name__}: no byte for timeout_s={spec.timeout_s}s",
                            unsent=isinstance(exc, (httpx.ConnectTimeout, httpx.PoolTimeout)))
@@ -239,7 +248,8 @@ class Sender:
                 # not read: its bytes mean nothing here
                 return Attempt(status=status, headers=headers, bad=str(exc), size=-1)
             chunks = self._chunks(response)  # an error body: its status says what matters; bytes kept as sent
-        if success and self.streaming and "text/event-stream" in headers.get("content-type", ""):
+        # Events are read as events, asked for or not (a gateway may stream a plain request's answer).
+        if success and "text/event-stream" in headers.get("content-type", ""):
             return await self._read_stream(chunks, status, headers)
         bound = self.max_response_bytes if success else ERROR_BODY_LIMIT
         body = bytearray()
@@ -256,7 +266,7 @@ class Sender:
                                head=bytes(body[:HEAD_BYTES]))
         data = bytes(body[:bound])
         payload, notes = decode_json(data)
-        if success and self.streaming and isinstance(payload, dict) and "non_json_body" in payload \
+        if success and isinstance(payload, dict) and "non_json_body" in payload \
                 and data.lstrip()[:6] in (b"data:", b"event:"):
             return await self._read_stream(_replay(data), status, headers)  # events, mislabelled
         return Attempt(status=status, headers=headers, payload=payload, notes=notes, size=len(data),

@@ -8,8 +8,10 @@ each endpoint's ``served_model: {expect, on_mismatch}`` says what it must be:
 
 - ``expect``: a regular expression the served name must match in full (case aside); by
   default the route itself, with an optional provider path (``models/``, ``moonshotai/``),
-  gateway prefix (``mr.``) and release suffix (``-2025-04-14``, ``-20260217``, ``-001``); a
-  route that carries a date accepts that date only.
+  gateway prefix (``mr.``) and release suffix (``-2025-04-14``, ``-20260217``, ``-260217``,
+  ``-0115``, ``-001``); a route that carries a date accepts that date only. A streamed reply's
+  chunks each name a model: every name is checked (a blank after a named one included), and
+  a name past ``MAX_SERVED_CHARS`` is refused.
 - ``on_mismatch``: ``fail`` (a judge's default) turns the call into a failure with reason
   ``served_model_mismatch`` (the served name is the record's ``served_model``); ``warn`` (the
   model's default) keeps it and the run warns.
@@ -36,10 +38,15 @@ if TYPE_CHECKING:
 
 #: The reason a refused call carries, and the code of the run's warning about it.
 MISMATCH = FailReason.SERVED_MODEL_MISMATCH
-#: A served name from outside is read to this many characters (it is matched, never trusted).
+#: A served name longer than this is refused, never cut and matched (it is shown cut to this length).
 MAX_SERVED_CHARS = 200
-#: A release suffix on a route or a served name: -20260217, @20260217, -2026-02-17, -001, -260628, -09-2025.
-_DATE = r"(?:[-@_]\d{8}|-\d{4}-\d{2}-\d{2}|-\d{3}|-\d{6}|-\d{2}-\d{4})"
+_MONTH = r"(?:0[1-9]|1[0-2])"
+_DAY = r"(?:0[1-9]|[12]\d|3[01])"
+#: A release suffix on a route or a served name, as providers date their snapshots: -2026-02-17,
+#: -20260217 (also @ or _), -260217 (YYMMDD), -0115 (MMDD, Qwen's), -09-2025, and -001-style
+#: versions (Gemini's); anything else (-999, -999999) is not a release.
+_DATE = (rf"(?:-20\d{{2}}-{_MONTH}-{_DAY}|[-@_]20\d{{2}}{_MONTH}{_DAY}|-\d{{2}}{_MONTH}{_DAY}|-{_MONTH}{_DAY}"
+         rf"|-{_MONTH}-20\d{{2}}|-0(?:0[1-9]|[1-9]\d))")
 _DATED = re.compile(_DATE + r"$")
 #: A gateway's short route prefix such as the paper's ``mr.`` (as config_check reads routes).
 _GATEWAY_PREFIX = re.compile(r"^[a-z]{1,8}\.(?=[a-z])")
@@ -62,7 +69,9 @@ class ServedPolicy:
 
     def matches(self, served: str) -> bool:
         """Whether ``served`` is the configured model."""
-        return re.fullmatch(self.expect, served[:MAX_SERVED_CHARS], re.IGNORECASE) is not None
+        if len(served) > MAX_SERVED_CHARS:
+            return False
+        return re.fullmatch(self.expect, served, re.IGNORECASE) is not None
 
 
 def default_pattern(route: str) -> str:
