@@ -135,4 +135,4 @@ def test_anthropic_model_and_gemini_judge(tmp_path, release):
     assert result.summary["overall"] == pytest.approx(40.0)
     rows = json.loads((result.out_dir / "responses.json").read_text())
     assert rows[0]["usage"] == {"prompt_tokens": 50, "completion_tokens": 9, "reasoning_tokens": None,
-                                "cached_tokens": None}
+                                "cached_tokens": None, "cache_write_tokens": None, "cache_write_1h_tokens": None}

@@ -483,7 +483,8 @@ ANTHROPIC_TOOL_AND_REDACTED = anthropic_events(
 )
 
 ANTHROPIC_STREAMS = [
-    pytest.param(ANTHROPIC_STREAM, Completion("At 03:10, 值班员 🙂.", "end_turn", Usage(2048, 412, cached_tokens=0),
+    pytest.param(ANTHROPIC_STREAM, Completion("At 03:10, 值班员 🙂.", "end_turn", Usage(2048, 412, cached_tokens=0,
+                                                                                       cache_write_tokens=0),
                                               reasoning="The log says 03:10.", served_model="claude-opus-4-6"),
                  id="thinking-then-text"),
     pytest.param(ANTHROPIC_REFUSAL, Completion("", "refusal", Usage(30, 0), refusal="stop_reason=refusal",
