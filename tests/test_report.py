@@ -431,3 +431,20 @@ def test_help_describes_every_key_of_the_reports_schema():
     section = template.split("== The report's keys", 1)[1].split("== Config ==", 1)[0]
     listed = {line.split()[0] for line in section.splitlines()[1:] if line and not line.startswith(" ")}
     assert listed == set(leaves(ReportConfig))
+
+
+def test_a_differences_variance_is_split_into_replicate_noise_and_the_rest(tmp_path):
+    """Both points graded twice: the replicate noise of the per-task difference is, per task, each
+    side's variance of its two gradings over 2; its share of the differences' sample variance."""
+    rng = np.random.default_rng(9)
+    mu = rng.uniform(0.2, 0.8, 8)
+    sides = {}
+    for t, name in ((0.1, "cool"), (0.7, "hot")):
+        runs = [np.clip(mu + (0.05 if t == 0.7 else 0) + rng.normal(0, 0.05, 8), 0, 1) for _ in range(2)]
+        for j, scores in enumerate(runs):
+            write_run(tmp_path, f"{name}{j}", "alpha", {"a": list(scores)}, t=t, rep_j=j)
+        sides[name] = np.array(runs)
+    hot = report_of(tmp_path).sweeps.set_index("value").loc[0.7]
+    noise = sum(sides[k].var(axis=0, ddof=1).mean() / 2 for k in sides)
+    diff = sides["hot"].mean(axis=0) - sides["cool"].mean(axis=0)
+    assert hot["diff_noise_share_pct"] == pytest.approx(round(100 * noise / diff.var(ddof=1), 1))

@@ -27,7 +27,7 @@ from wildtrace.report import stats
 from wildtrace.report.stats import DEFAULT_BOOTSTRAP, Bootstrap
 from wildtrace.report.labels import deviations
 from wildtrace.report.tables import (Group, RunData, _comparable_config, _pct, _sha, averaged, cost_columns, drift,
-                                     universe)
+                                     gradings, universe)
 
 log = logging.getLogger(__name__)
 
@@ -231,6 +231,29 @@ def power_columns(d: dict | None) -> dict[str, float | int | None]:
     return out
 
 
+def replicate_noise(g: Group, tasks: Sequence[str]) -> np.ndarray | None:
+    """Per task, the variance of the point's replicate mean from its distinct gradings (sample
+    variance / their number); None when no task has two."""
+    cells = [[v for answer in task for v in answer] for task in gradings(g, tasks)]
+    if not any(len(c) >= 2 for c in cells):
+        return None
+    return np.array([float(np.var(c, ddof=1)) / len(c) if len(c) >= 2 else 0.0 for c in cells])
+
+
+def noise_share(reference: Group, point: Group, tasks: Sequence[str]) -> float | None:
+    """The share (%) of the per-task difference's variance that the two points' replicate noise
+    (judges, answers) explains: mean over tasks of both sides' replicate-mean variances over the
+    sample variance of the differences. None without replicates or a difference that varies."""
+    sides = [replicate_noise(g, tasks) for g in (reference, point)]
+    if all(side is None for side in sides):
+        return None
+    diff = (averaged(point, tasks) - averaged(reference, tasks)).to_numpy()
+    total = float(np.var(diff, ddof=1)) if len(diff) >= 2 else 0.0
+    if total == 0.0:
+        return None
+    return 100.0 * float(sum(side.mean() for side in sides if side is not None)) / total
+
+
 def sweeps_frame(experiments: Iterable[Experiment], boot: Bootstrap = DEFAULT_BOOTSTRAP) -> pd.DataFrame:
     """sweeps.csv: a row per (model, key, value): the score and its interval, the paired
     difference from the reference point (the baseline's value) with its t interval, Holm's
@@ -260,6 +283,7 @@ def sweeps_frame(experiments: Iterable[Experiment], boot: Bootstrap = DEFAULT_BO
                 "p_value": None if d is None else d["p_value"], "p_holm": p,
                 "distinguishable": None if p is None else bool(p < 1.0 - boot.level),
                 "small_n": len(own) < stats.SMALL_N, **power_columns(d),
+                "diff_noise_share_pct": None if d is None else noise_share(e.reference, g, tasks),
                 **answer_columns(g), **cost_columns(g.runs, _pct(overall)),
                 "judge_drift": drift(e.reference, g),
             })
