@@ -448,3 +448,12 @@ def test_a_differences_variance_is_split_into_replicate_noise_and_the_rest(tmp_p
     noise = sum(sides[k].var(axis=0, ddof=1).mean() / 2 for k in sides)
     diff = sides["hot"].mean(axis=0) - sides["cool"].mean(axis=0)
     assert hot["diff_noise_share_pct"] == pytest.approx(round(100 * noise / diff.var(ddof=1), 1))
+
+
+def test_the_report_reads_the_swept_keys_tag_tracking_writes():
+    from wildtrace.tracking.parent import SWEEP_KEYS_TAG
+
+    assert sources.SWEPT_TAG == SWEEP_KEYS_TAG
+    assert sources.swept_keys(["judge_panel=offline_panel", "decoding.temperature=0.1,0.4", "root=/x",
+                               "decoding.max_tokens=range(64,256,64)"]) == ["decoding.max_tokens",
+                                                                           "decoding.temperature"]

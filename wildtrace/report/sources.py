@@ -27,8 +27,8 @@ log = logging.getLogger(__name__)
 
 #: The files a run writes that the report reads (responses.json is optional).
 FILES = ("config.json", "run_stats.json", "scores.json", "responses.json", "judgments.json")
-#: A multirun child's tag naming the keys its sweep varied, comma-separated.
-SWEPT_TAG = "wildtrace.swept"
+#: A multirun child's tag naming the keys its sweep varied, comma-separated (tracking.parent.SWEEP_KEYS_TAG).
+SWEPT_TAG = "wildtrace.sweep.keys"
 NOT_BENCHMARK = {"wildtrace.sweep": "parent", "wildtrace.kind": "report"}
 #: A run file larger than this is not read (a report must not be made to load anything).
 MAX_FILE_BYTES = 512 * 1024 * 1024
