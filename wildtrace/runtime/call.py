@@ -72,7 +72,8 @@ class CallLoop:
         self._slots = asyncio.Semaphore(spec.max_concurrency)
         # The endpoint-wide pause after a 429/529 never outlasts what the retry rule itself would wait.
         self.limit = AdaptiveLimit(spec.max_concurrency,
-                                   pause_max_s=min(60.0, retry.backoff_max_s, retry.retry_after_max_s))
+                                   pause_max_s=min(60.0, retry.backoff_max_s, retry.retry_after_max_s),
+                                   probe=not local)
         self.retries = 0
         self.temperature_dropped = False
         self.budget_lowered: int | None = None  # the documented limit sent since the endpoint rejected more

@@ -14,6 +14,12 @@ when its status and headers arrive (a streamed answer's come first), and
   longest reset it reported: the window is learned, not assumed). What is left is the provider's
   latest figure less what this limiter sent since, so several jobs on one key pace on the
   provider's count. Known budgets never halve the concurrency.
+- **The first answer is waited for.** Until an endpoint's first answer arrives (its status and
+  headers: a stream's come at its first byte, before its body), one attempt goes alone: what the
+  headers say paces the rest, instead of a first burst of ``max_concurrency`` sent blind. The wait
+  ends with that first answer's head (or its end, if it fails before one), headers or not, so an
+  endpoint that sends none waits one first byte, not one call per call. In-process answerers are
+  not probed.
 - **A burst of 429s is one throttle.** Attempts sent before a throttle was seen answer 429 together;
   only a 429 for an attempt sent after it is a new throttle. A throttle pauses the endpoint for the
   server's hint (else for the budget's reset, else for a pause that doubles with each throttle in
@@ -236,9 +242,11 @@ class AdaptiveLimit:
         increase_after: int = 4,
         pause_base_s: float = 0.5,
         pause_max_s: float = 60.0,
+        probe: bool = True,
     ) -> None:
         """``clock`` schedules (monotonic); ``wall`` reads absolute reset times (epoch seconds).
-        ``pause_base_s`` is the first pause after a throttle that says nothing of when to come back."""
+        ``pause_base_s`` is the first pause after a throttle that says nothing of when to come back;
+        ``probe``: the first attempt goes alone until its answer's head arrives."""
         if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int) or max_concurrency < 1:
             raise ValueError(f"max_concurrency must be an integer >= 1, got {max_concurrency!r}")
         self.max_concurrency = max_concurrency
@@ -252,6 +260,7 @@ class AdaptiveLimit:
         self._throttle_mark = 0  # grants from here on were let through after the last throttle was seen
         self._throttles_in_a_row = 0
         self._paused_until = -math.inf
+        self._probing = probe  # no answer seen yet: one attempt at a time
         self._budgets: dict[str, _Budget] = {}
         #: Attempts let through since the oldest figure in use (the first figure may answer any of them).
         self._sent: collections.deque[Grant] = collections.deque(maxlen=SENT_KEPT)
@@ -280,7 +289,7 @@ class AdaptiveLimit:
             budget.roll(now, self._seq - 1)
         if now < self._paused_until:
             return self._paused_until - now
-        if self._in_flight >= self._limit:
+        if self._in_flight >= self._limit or (self._probing and self._in_flight > 0):
             return None
         waits = [0.0]
         for name, budget in self._budgets.items():
@@ -338,9 +347,11 @@ class AdaptiveLimit:
 
     def observe(self, grant: Grant, status: int, headers: Mapping[str, str]) -> None:
         """An answer's status and headers as they arrive (a stream's, before its body): a 2xx's
-        budget headers pace the next sends at once. Anything else is learned at ``release``."""
+        budget headers pace the next sends at once (and end the first answer's wait). Anything else
+        is learned at ``release``, its body read."""
         if 200 <= status < 300 and not grant.observed:
             grant.observed = True
+            self._probing = False
             self._absorb(grant, read_budget(headers, self._wall()), self._clock())
             self._succeed()
             self._wake()
@@ -349,6 +360,7 @@ class AdaptiveLimit:
         """After each attempt, any outcome: learn from the status, budget headers and retry hint."""
         now = self._clock()
         self._in_flight = max(0, self._in_flight - 1)
+        self._probing = False
         if not grant.observed:
             self._absorb(grant, read_budget(headers, self._wall()), now)
         if status in (429, 529):
