@@ -71,13 +71,13 @@ def test_report_from_mlflow_has_the_runs_numbers(store):
     assert len(bench) == 5
     assert len(board) == 3  # default (its rerun counted once), panel (two replicates), panel at t=0.7
     default = board[board["panel"] == "offline"].iloc[0]
-    assert default["overall"] == pytest.approx(28.25, abs=0.05) and default["n_runs"] == 1  # 0.1 pp in the CSV
+    assert default["overall"] == pytest.approx(28.25, abs=0.051) and default["n_runs"] == 1  # 0.1 pp in the CSV
     panel = bench[(bench["params.judge_panel.name"] == "offline_panel")
                   & (bench["params.decoding.temperature"] == "0.1")]
     row = board[~board["model"].str.contains("t=") & (board["panel"] == "offline_panel")].iloc[0]
     assert row["n_runs"] == 2 and row["overall"] == pytest.approx(panel["metrics.overall_pct"].mean(), abs=0.05)
     hot = bench[bench["params.decoding.temperature"] == "0.7"]["metrics.overall_pct"].iloc[0]
-    assert board[board["model"].str.contains("t=0.7")]["overall"].iloc[0] == pytest.approx(hot, abs=0.05)
+    assert board[board["model"].str.contains("t=0.7")]["overall"].iloc[0] == pytest.approx(hot, abs=0.051)
     assert "| model | point | panel | judges | temperature | max_tokens |" in proc.stdout  # the baseline's settings
     sweeps = pd.read_csv(out / "sweeps.csv")
     assert set(sweeps["key"]) == {"decoding.temperature"}  # the other panel has other judges: no experiment
