@@ -118,9 +118,12 @@ def test_pure_modules_import_no_io(path):
     assert "open(" not in path.read_text(encoding="utf-8")
 
 
-@pytest.mark.parametrize("path", sorted((PACKAGE / "providers").glob("*.py")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted((PACKAGE / "providers").rglob("*.py")),
+                         ids=lambda p: p.relative_to(PACKAGE / "providers").as_posix())
 def test_providers_only_speak_wire_formats(path):
+    """Wire, stream, batch and model-list formats alike: no I/O (runtime/ sends, spools and reads)."""
     assert not imported_roots(path) & (FORBIDDEN - {"io"})
+    assert "open(" not in path.read_text(encoding="utf-8")
 
 
 def test_only_tracking_and_report_import_mlflow():
@@ -170,8 +173,9 @@ def write_package(root: Path, files: dict[str, str]) -> Path:
      ["wildtrace.tracking.log -> wildtrace.runtime", "wildtrace.tracking.log -> wildtrace.runtime.pipe"]),  # relative
     ({"core/caps.py": "import wildtrace.runtime.cache\n", "runtime/cache.py": ""},
      ["wildtrace.core.caps -> wildtrace.runtime.cache"]),
-    ({"providers/openai.py": "from wildtrace.files import write_json\n", "files.py": ""},
-     ["wildtrace.providers.openai -> wildtrace.files"]),
+    ({"providers/openai/batch.py": "from wildtrace.runtime.batch.base import Control\n",
+      "runtime/batch/base.py": ""},
+     ["wildtrace.providers.openai.batch -> wildtrace.runtime.batch.base"]),  # a format reaching for the I/O
     ({"runtime/run.py": "from wildtrace.core import caps\nfrom wildtrace.files import w\n", "core/caps.py": "",
       "files.py": ""}, []),
 ])

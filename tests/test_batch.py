@@ -871,3 +871,12 @@ def test_a_reply_line_wins_over_an_error_line_for_the_same_custom_id(tmp_path, r
     assert list(server.batches) == ["batch_1"] and sorted(server.seen.values()) == [1] * N_TASKS
     answers = rows(Path(cfg.out_dir), "responses.json")
     assert [(r["status"], r["attempts"]) for r in answers] == [("answered", 1)] * N_TASKS
+
+
+@pytest.mark.parametrize("ident", ["batch_abc123", "msgbatch_01HkcTjaV5uDC8jWR4ZsDV8d", "file-XjGx.jsonl~1",
+                                   "a/b?c#d", "id with space%", "caf\u00e9-\u00fc", "", "../../etc"])
+def test_a_batch_id_is_quoted_as_urllib_quotes_a_path_segment(ident):
+    import urllib.parse
+
+    from wildtrace.providers.batch import segment
+    assert segment(ident) == urllib.parse.quote(ident, safe="")

@@ -74,7 +74,7 @@ def billable(prompt: int | None, completion: int | None, cached: int | None,
 
     The recorded completion count is the billed output for every wire format: OpenAI's
     completion_tokens and Anthropic's output_tokens include the reasoning tokens, and the Gemini
-    reader records candidates + thoughts (providers/gemini.py ``gemini_usage``).
+    reader records candidates + thoughts (providers/gemini/wire.py ``gemini_usage``).
     """
     if prompt is None or completion is None:
         return None

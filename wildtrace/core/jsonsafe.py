@@ -136,3 +136,24 @@ def sanitize(value: Any) -> tuple[Any, list[str]]:
                 clone.append(copied)
         stack.extend(reversed(children))
     return result, replaced
+
+
+def strict(value: Any) -> tuple[Any, tuple[str, ...]]:
+    """``value`` with non-finite numbers as null (so the cache and run files can hold it), and a note."""
+    clean, paths = sanitize(value)
+    if not paths:
+        return value, ()
+    shown = ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
+    return clean, (f"non-finite numbers replaced by null at {shown}",)
+
+
+def decode_json(data: bytes) -> tuple[Any, tuple[str, ...]]:
+    """A body as strict JSON plus notes, or a marker holding its first bytes when it is not JSON."""
+    try:
+        value = json.loads(data)  # fast path; accepts NaN/Infinity, which ``strict`` then nulls
+    except (ValueError, RecursionError):
+        try:
+            value = loads(data)  # huge numbers, odd bytes: never raises but ValueError
+        except ValueError:
+            return {"non_json_body": data[:2000].decode("utf-8", "replace")}, ()
+    return strict(value)

@@ -68,6 +68,15 @@ class TaskStatus(StrEnum):
     BUDGET_EXHAUSTED = AnswerStatus.BUDGET_EXHAUSTED.value  # the answer or a judge call was held back by the cap
 
 
+class Verdict(StrEnum):
+    """What runtime/retry.py's ``classify`` says of one attempt's outcome."""
+
+    OK = "ok"  # a 2xx: nothing to retry
+    RETRY = "retry"  # transient: try again after ``retry_hint`` or backoff
+    QUOTA = "quota"  # a quota, spend limit or billing stop: no retry can cure it today
+    FAIL = "fail"  # final: the request itself is wrong (4xx), or the server said not to retry
+
+
 class FailReason(StrEnum):
     """Why a call failed (``CallResult.reason`` and a row's ``reason``; a row may also hold the judge
     reply's reason (core/judging.py) or the caps rule's words)."""

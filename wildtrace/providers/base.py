@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from wildtrace.core.records import Completion
+from wildtrace.providers.batch import BatchAPI
 from wildtrace.providers.sse import SSEDecoder, SSEEvent
 
 #: Reasoning-effort levels ``Sampling.reasoning_effort`` takes (None = send nothing).
@@ -297,8 +298,8 @@ class Provider(ABC):
 
     Subclasses are pure: no sockets, no clocks, no environment. The class attributes and
     classmethods are the provider's facts (config, preflight, the model lists and batch mode
-    read them here, never by comparing names), so a new provider is this one class and one
-    line in registry.py. The defaults are the OpenAI-compatible conventions.
+    read them here, never by comparing names), so a new provider is one package (this class,
+    its batch format if it has one) and one line in registry.py. The defaults are the OpenAI-compatible conventions.
     """
 
     name: ClassVar[str]
@@ -311,8 +312,8 @@ class Provider(ABC):
     #: Answered in-process (``answer_locally``): no socket and no key, so no model list to ask, no
     #: served-model rule (nothing can re-route it), no retired routes, and a gateway leaves it alone.
     local: ClassVar[bool] = False
-    #: The batch API runtime/batch speaks for it (one of runtime.batch.phase.SUPPORTED), None for none.
-    batch_api: ClassVar[str | None] = None
+    #: Its batch format (``providers/<name>/batch.py``; runtime/batch does the I/O), None for none.
+    batch_api: ClassVar[type[BatchAPI] | None] = None
     #: Headers every request to the API carries besides the key (an API version): calls, model lists, batches.
     api_headers: ClassVar[Mapping[str, str]] = {}
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from wildtrace.core import jsonsafe
+from wildtrace.core.jsonsafe import decode_json, strict
 from wildtrace.providers.base import IncompleteStream, Provider, StreamError, WireRequest
 
 #: Told a reply's status and headers as they arrive, before its body.
@@ -138,27 +138,6 @@ def preview(data: bytes, limit: int = PREVIEW_CHARS) -> str:
 def encode_body(body: dict) -> bytes:
     """The exact bytes sent (and hashed for the cache): compact JSON, UTF-8, not ASCII-escaped."""
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-
-
-def strict(value: Any) -> tuple[Any, tuple[str, ...]]:
-    """``value`` with non-finite numbers as null (so the cache and run files can hold it), and a note."""
-    clean, paths = jsonsafe.sanitize(value)
-    if not paths:
-        return value, ()
-    shown = ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
-    return clean, (f"non-finite numbers replaced by null at {shown}",)
-
-
-def decode_json(data: bytes) -> tuple[Any, tuple[str, ...]]:
-    """A body as strict JSON plus notes, or a marker holding its first bytes when it is not JSON."""
-    try:
-        value = json.loads(data)  # fast path; accepts NaN/Infinity, which ``strict`` then nulls
-    except (ValueError, RecursionError):
-        try:
-            value = jsonsafe.loads(data)  # huge numbers, odd bytes: never raises but ValueError
-        except ValueError:
-            return {"non_json_body": data[:2000].decode("utf-8", "replace")}, ()
-    return strict(value)
 
 
 @dataclass

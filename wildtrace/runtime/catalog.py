@@ -1,7 +1,8 @@
 """The endpoint's own model list, asked before any paid call: is the route there, retired, or named otherwise?
 
 ``python -m wildtrace.check`` asks each endpoint's list where its API offers one (the provider
-class says where and how it is paged: ``Provider.model_list``, ``model_page``, ``model_id``):
+class, in ``providers/<name>/wire.py``, says where and how it is paged: ``Provider.model_list``,
+``model_page``, ``model_id``); this module makes the GETs:
 
 - OpenAI-compatible: ``GET {base_url}/models`` (bearer token); OpenAI's entries may carry
   ``shutdown_date`` (YYYY-MM-DD), which is reported, and a past one is a retired route;

@@ -26,20 +26,9 @@ import re
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
-from enum import StrEnum
 from typing import Any
 
-from wildtrace.core.records import FailReason
-
-
-class Verdict(StrEnum):
-    """What ``classify`` says of one attempt's outcome."""
-
-    OK = "ok"  # a 2xx: nothing to retry
-    RETRY = "retry"  # transient: try again after ``retry_hint`` or backoff
-    QUOTA = "quota"  # a quota, spend limit or billing stop: no retry can cure it today
-    FAIL = "fail"  # final: the request itself is wrong (4xx), or the server said not to retry
-
+from wildtrace.core.records import FailReason, Verdict
 
 #: 4xx statuses a retry can cure: request timeout, conflict/lock, too early, rate limit.
 RETRY_4XX = frozenset({408, 409, 425, 429})

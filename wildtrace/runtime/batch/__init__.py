@@ -9,8 +9,8 @@ same config sends nothing, and a batch run after a synchronous one sends nothing
 - ``ledger``: every batch created is recorded (cache folder and run folder, atomically)
   the moment the provider returns its id, so a run killed while a batch is pending
   resumes by polling that batch;
-- ``openai`` / ``anthropic`` / ``gemini``: the batch APIs (Files + Batches; Message Batches;
-  batchGenerateContent with inline requests);
+- ``base``: the ``Control`` each provider's batch format (``providers/<name>/batch.py``, named by
+  its class as ``batch_api``) speaks through: the control requests, retried, spooled and bounded;
 - ``runner``: rounds of batches for one endpoint: resume, create, poll, collect, re-send
   the transient failures and the unfinished items of an expired or cancelled batch;
 - ``spend``: the spend cap: each item's worst case reserved at the batch price before

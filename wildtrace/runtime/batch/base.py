@@ -1,4 +1,7 @@
-"""What both batch APIs share: the item, the status, the control-plane HTTP and bounded JSONL.
+"""The batch APIs' I/O: the control-plane HTTP, the spooled bodies and bounded JSONL.
+
+A provider's batch format (``providers/<name>/batch.py``, on ``providers/batch.py``'s types)
+says what to send and how to read it; ``Control`` here is the object it speaks through.
 
 Control requests (upload, create, poll, download) are not items: they are retried under
 the run's retry rule (transient statuses and transport failures, with backoff) and fail
@@ -12,77 +15,32 @@ from __future__ import annotations
 
 import asyncio
 import random
-from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from wildtrace.core.jsonsafe import decode_json
+from wildtrace.core.records import Verdict
+from wildtrace.providers.batch import CONTROL_LIMIT, BatchError, Item, Piece
 from wildtrace.runtime.client import make_client
-from wildtrace.runtime.attempt import decode_json
-from wildtrace.runtime.retry import (
-    RetryPolicy,
-    Verdict,
-    classify,
-    retry_hint,
-)
+from wildtrace.runtime.retry import RetryPolicy, classify, retry_hint
 from wildtrace.runtime.secrets import redact
 
-#: A batch object, an upload's answer or an error body is kept to this many bytes.
-CONTROL_LIMIT = 4 << 20
 #: Bytes a results line may hold beyond the response body itself (ids, status, headers).
 LINE_OVERHEAD = 64 << 10
 #: A download is read in pieces of this size.
 CHUNK = 1 << 20
 
 
-@dataclass(frozen=True)
-class Item:
-    """One request in a batch: its custom_id (the cache key) and the file holding its exact bytes."""
-
-    custom_id: str
-    path: Path  #: the plain request body, exactly as a synchronous call sends it (and its key hashes)
-    size: int
-
-
-@dataclass
-class Status:
-    """A batch as the provider last described it."""
-
-    state: str  #: the provider's own status word
-    terminal: bool  #: no further change will come: collect what it holds
-    counts: dict[str, int] = field(default_factory=dict)
-    refs: dict[str, str] = field(default_factory=dict)  #: output/error file ids, results_url
-    problem: str | None = None  #: why the whole batch failed (OpenAI's ``errors``), when it did
-
-
-@dataclass(frozen=True)
-class Line:
-    """One item's result: a response (status + body) or an error, or nothing (unfinished)."""
-
-    custom_id: str
-    status: int | None  #: the item's HTTP status (None: expired, cancelled, unreadable)
-    payload: Any  #: the response body, or the error object
-    unfinished: bool = False  #: expired or cancelled before it ran: send it again
-    error: str | None = None  #: the provider's words, when it is an error
-
-
-class BatchError(Exception):
-    """A control request that failed for good: its status, the provider's words and the verdict."""
-
-    def __init__(self, message: str, status: int | None = None, verdict: Verdict = Verdict.FAIL) -> None:
-        super().__init__(redact(message))
-        self.status, self.verdict = status, verdict
-
-
 class Control:
     """The batch API's HTTP: one client per endpoint, the key in headers, the run's retry rule."""
 
     def __init__(self, base_url: str, auth: dict[str, str], headers: dict[str, str], retry: RetryPolicy,
-                 timeout_s: float, on_request: Any = None) -> None:
+                 timeout_s: float, on_request: Any = None, spool: Path | None = None) -> None:
         self.base_url = base_url.rstrip("/")
+        self.spool = spool  #: where request bodies are written before they are sent (the run's batch spool)
         self.retry = retry
         self._rng = random.Random()
         self._headers = {**headers, **auth}
@@ -101,6 +59,18 @@ class Control:
         """Close the client's connections."""
         await self.client.aclose()
 
+    async def post(self, url: str, name: str, body: Iterable[Piece]) -> Any:
+        """POST a JSON body, spooled to ``name`` and streamed from there with its length."""
+        async with Spooled(self, name, body) as path:
+            size = path.stat().st_size
+            return await self.json("POST", url, content=lambda: file_chunks(path),
+                                   headers={"content-type": "application/json", "content-length": str(size)})
+
+    async def upload(self, url: str, name: str, body: Iterable[Piece], data: dict[str, str]) -> Any:
+        """POST a JSONL body as the multipart file ``name`` beside the form ``data``."""
+        async with Spooled(self, name, body) as path:
+            return await self.json("POST", url, data=data, files=("file", str(path), "application/jsonl"))
+
     async def json(self, method: str, url: str, limit: int = CONTROL_LIMIT, **kwargs: Any) -> Any:
         """A JSON answer to a control request (at most ``limit`` bytes), retried while transient;
         BatchError otherwise."""
@@ -112,7 +82,7 @@ class Control:
             error = failure or f"HTTP {status}: {_message(payload)}"
             if verdict in (Verdict.FAIL, Verdict.QUOTA) or attempt_no > self.retry.max_retries:
                 final = verdict if verdict != Verdict.RETRY else Verdict.FAIL
-                raise BatchError(f"{method} {url}: {error}", status, final)
+                raise BatchError(redact(f"{method} {url}: {error}"), status, final)
             hint = retry_hint(headers, payload) if status is not None else None
             await asyncio.sleep(self.retry.delay(attempt_no, hint, self._rng))
         raise AssertionError("unreachable: the loop returns or raises")
@@ -174,7 +144,7 @@ class Control:
                 failure, status, headers, payload = f"transport_error: {type(exc).__name__}: {exc}", None, {}, None
             verdict = Verdict.RETRY if failure else classify(status, headers, payload)
             if verdict != Verdict.RETRY or attempt_no > self.retry.max_retries:
-                raise BatchError(f"GET {url}: {failure or f'HTTP {status}: {_message(payload)}'}", status,
+                raise BatchError(redact(f"GET {url}: {failure or f'HTTP {status}: {_message(payload)}'}"), status,
                                  verdict if verdict != Verdict.RETRY else Verdict.FAIL)
             await asyncio.sleep(self.retry.delay(attempt_no, retry_hint(headers, payload) if status else None,
                                                  self._rng))
@@ -234,42 +204,24 @@ async def file_chunks(path: Path, prefix: bytes = b"", suffix: bytes = b"") -> A
         yield suffix
 
 
-async def post_spooled(control: Any, url: str, path: Path, items: list[Any],
-                       write: Callable[[Path, list[Any]], None]) -> Any:
-    """POST a JSON body of the items: written to the spool off the event loop (it may be
-    hundreds of MB), streamed from there with its length, and removed whatever the answer."""
-    await asyncio.to_thread(write, path, items)
-    size = path.stat().st_size
-    try:
-        return await control.json("POST", url, content=lambda: file_chunks(path),
-                                  headers={"content-type": "application/json", "content-length": str(size)})
-    finally:
-        path.unlink(missing_ok=True)
+def write_body(path: Path, body: Iterable[Piece]) -> None:
+    """A batch body on disk: bytes as they are, each item as its request's exact bytes."""
+    with open(path, "wb") as out:
+        for piece in body:
+            out.write(piece.path.read_bytes() if isinstance(piece, Item) else piece)
 
 
-class BatchAPI(ABC):
-    """One provider's batch API."""
+class Spooled:
+    """A batch body written to the spool off the event loop (it may be hundreds of MB), removed on exit."""
 
-    provider: str
-    #: The provider's limits on one batch (requests, bytes of input).
-    max_items: int
-    max_bytes: int
+    def __init__(self, control: Control, name: str, body: Iterable[Piece]) -> None:
+        if control.spool is None:
+            raise ValueError("a batch body needs the run's spool folder (Control(spool=...))")
+        self.path, self.body = control.spool / name, body
 
-    def __init__(self, control: Control) -> None:
-        self.control = control
+    async def __aenter__(self) -> Path:
+        await asyncio.to_thread(write_body, self.path, self.body)
+        return self.path
 
-    @abstractmethod
-    async def create(self, items: list[Item], spool: Path) -> tuple[str, str | None]:
-        """Send the items as one batch: (batch id, input file id or None)."""
-
-    @abstractmethod
-    async def status(self, batch_id: str) -> Status:
-        """The batch's current state."""
-
-    @abstractmethod
-    def results(self, batch_id: str, status: Status, wanted: set[str], max_line: int) -> AsyncIterator[Line]:
-        """Each wanted item's result line (items it holds nothing for are not yielded)."""
-
-    def item_bytes(self, item: Item) -> int:
-        """What an item adds to the batch's size (its body plus the line around it)."""
-        return item.size + 256
+    async def __aexit__(self, *exc: object) -> None:
+        self.path.unlink(missing_ok=True)

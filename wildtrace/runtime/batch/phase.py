@@ -22,11 +22,10 @@ from typing import Any
 from wildtrace.core.prompts import judge_prompt
 from wildtrace.core.records import AnswerStatus, CallResult
 from wildtrace.core.tasks import Task
-from wildtrace.runtime.batch.anthropic import AnthropicBatch
-from wildtrace.runtime.batch.base import LINE_OVERHEAD, BatchAPI, Control
-from wildtrace.runtime.batch.gemini import GeminiBatch
+from wildtrace.providers.batch import BatchAPI
+from wildtrace.providers.registry import batch_providers
+from wildtrace.runtime.batch.base import LINE_OVERHEAD, Control
 from wildtrace.runtime.batch.ledger import Ledger
-from wildtrace.runtime.batch.openai import OpenAIBatch
 from wildtrace.runtime.batch.runner import Runner, Want
 from wildtrace.runtime.batch.spend import send_capped
 from wildtrace.runtime.budget import Ledger as Budget
@@ -36,16 +35,6 @@ from wildtrace.runtime.http import Endpoint, Prepared
 from wildtrace.runtime.served import enforce
 
 log = logging.getLogger(__name__)
-
-#: The batch APIs spoken here, by the name a provider class gives its own (``Provider.batch_api``):
-#: (control, endpoint, the synchronous call's URL) -> the API.
-APIS: dict[str, Callable[[Control, Endpoint, str], BatchAPI]] = {
-    "openai": lambda control, endpoint, url: OpenAIBatch(control, url),
-    "anthropic": lambda control, endpoint, url: AnthropicBatch(control),
-    "gemini": lambda control, endpoint, url: GeminiBatch(control, url, endpoint.max_response_bytes + LINE_OVERHEAD),
-}
-SUPPORTED = tuple(APIS)
-
 
 @dataclass(frozen=True)
 class BatchSettings:
@@ -58,16 +47,20 @@ class BatchSettings:
     shared_dir: Path | None  #: <cache.dir>/batches: the records a resumed run finds; None without a cache
 
 
-def api_for(endpoint: Endpoint, url: str) -> BatchAPI:
-    """The batch API its provider class names (validated in config: ``Provider.batch_api`` is set)."""
-    spec = endpoint.provider.spec
-    make = APIS.get(type(endpoint.provider).batch_api or "")
+def api_for(endpoint: Endpoint, url: str, control: Control) -> BatchAPI:
+    """The batch format its provider class names (validated in config: ``Provider.batch_api`` is set)."""
+    make = type(endpoint.provider).batch_api
     if make is None:
-        raise ValueError(f"{endpoint.label}: provider {spec.provider!r} has no batch mode here "
-                         f"(choose from {', '.join(SUPPORTED)})")
-    headers = dict(endpoint.provider.api_headers)
-    control = Control(spec.base_url, endpoint.auth, headers, endpoint.retry, min(spec.timeout_s, 600.0))
-    return make(control, endpoint, url)
+        raise ValueError(f"{endpoint.label}: provider {endpoint.provider.spec.provider!r} has no batch mode here "
+                         f"(choose from {', '.join(batch_providers())})")
+    return make(control, url, endpoint.max_response_bytes + LINE_OVERHEAD)
+
+
+def control_for(endpoint: Endpoint, spool: Path) -> Control:
+    """The endpoint's batch control: its base URL, key and API headers, the run's retry rule, the spool."""
+    spec = endpoint.provider.spec
+    return Control(spec.base_url, endpoint.auth, dict(endpoint.provider.api_headers), endpoint.retry,
+                   min(spec.timeout_s, 600.0), spool=spool)
 
 
 def _known(endpoint: Endpoint, key: str) -> CallResult | None:
@@ -87,18 +80,20 @@ def _spool(spool: Path, prepared: Prepared, temperature_sent: bool | str, ticket
 
 
 async def _through_batch(endpoint: Endpoint, wants: dict[str, Want], url: str, settings: BatchSettings,
-                         ledger: Ledger, budget: Budget, stop: asyncio.Event, show: Callable[[str, str], None]) -> None:
+                         ledger: Ledger, budget: Budget, stop: asyncio.Event, show: Callable[[str, str], None],
+                         spool: Path) -> None:
     if not wants:
         return
-    api = api_for(endpoint, url)
-
-    async def send(admitted: dict[str, Want]) -> None:
-        await Runner(endpoint, api, ledger, settings.poll_s, settings.max_wait_h, stop, show).run(admitted)
-
+    control = control_for(endpoint, spool)
     try:
+        api = api_for(endpoint, url, control)
+
+        async def send(admitted: dict[str, Want]) -> None:
+            await Runner(endpoint, api, ledger, settings.poll_s, settings.max_wait_h, stop, show).run(admitted)
+
         await send_capped(endpoint, wants, budget, ledger.open_records(api.provider, endpoint.label), send, stop)
     finally:
-        await api.control.aclose()
+        await control.aclose()
 
 
 async def batch_phase(plan: Any, prepare: Callable[[Task], Any], stop: asyncio.Event, settings: BatchSettings,
@@ -169,7 +164,7 @@ async def _answers(plan: Any, prepare: Callable[[Task], Any], stop: asyncio.Even
 
     await asyncio.gather(*(worker() for _ in range(min(limit, len(in_scope)) or 1)))
     if batched and not stop.is_set():
-        await _through_batch(model, wants, _model_url(plan), settings, ledger, plan.ledger, stop, show)
+        await _through_batch(model, wants, _model_url(plan), settings, ledger, plan.ledger, stop, show, spool)
     texts = {}
     for qid, key in keys.items():
         result = _known(model, key)
@@ -207,4 +202,4 @@ async def _judges(plan: Any, judge: Endpoint, answers: dict[str, str], stop: asy
             ticket = plan.ledger.ticket(judge.label, len(prompt.encode("utf-8")), plan.judge_sampling.max_tokens,
                                         batched=True)
             wants[prepared.key] = _spool(spool, prepared, judge.provider.temperature_sent(request), ticket)
-    await _through_batch(judge, wants, url, settings, ledger, plan.ledger, stop, show)
+    await _through_batch(judge, wants, url, settings, ledger, plan.ledger, stop, show, spool)

@@ -29,21 +29,16 @@ from pathlib import Path
 from typing import Any
 
 from wildtrace.core.records import CallResult, FailReason, Usage
-from wildtrace.runtime.batch.base import (
-    LINE_OVERHEAD,
-    BatchAPI,
-    BatchError,
-    Item,
-    Line,
-    Status,
-)
+from wildtrace.providers.batch import BatchAPI, BatchError, Item, Line, Status
+from wildtrace.runtime.batch.base import LINE_OVERHEAD
 from wildtrace.runtime.batch.ledger import BatchRecord, BatchState, Ledger
 from wildtrace.runtime.budget import Ledger as Budget
 from wildtrace.runtime.budget import Ticket
 from wildtrace.runtime.attempt import Attempt
 from wildtrace.runtime.call import interpret
 from wildtrace.runtime.http import Endpoint, is_storable
-from wildtrace.runtime.retry import Verdict, classify
+from wildtrace.core.records import Verdict
+from wildtrace.runtime.retry import classify
 from wildtrace.runtime.secrets import redact
 
 log = logging.getLogger(__name__)
@@ -178,15 +173,15 @@ class Runner:
                 self.endpoint.loop.on_retry(self.label)
         created_at = time.time()
         try:
-            batch_id, file_id = await self.api.create(items, self.wants[keys[0]].path.parent)
+            batch_id, file_id = await self.api.create(items)
         except BatchError as exc:
             log.warning("%s: creating a %s batch of %d requests failed: %s", self.label, self.api.provider,
-                        len(keys), exc)
+                        len(keys), _said(exc))
             reason = FailReason.QUOTA_EXHAUSTED if exc.verdict == Verdict.QUOTA else FailReason.HTTP_ERROR
             if exc.verdict == Verdict.QUOTA:
-                self.endpoint.quota_error = str(exc)
+                self.endpoint.quota_error = _said(exc)
             for key in keys:
-                self._resolve(key, self._failure(key, reason, str(exc), exc.status, None))
+                self._resolve(key, self._failure(key, reason, _said(exc), exc.status, None))
             return None
         self.endpoint.sender.requests_sent += len(keys)
         record = BatchRecord(self.api.provider, self.label, batch_id, list(keys), max(self.attempts[k] for k in keys),
@@ -227,9 +222,9 @@ class Runner:
             for line in errors.values():
                 await self._take(record, line)
         except BatchError as exc:
-            log.warning("%s: reading the results of batch %s failed: %s", self.label, record.batch_id, exc)
+            log.warning("%s: reading the results of batch %s failed: %s", self.label, record.batch_id, _said(exc))
             for key in wanted - seen:
-                self.last_error[key] = (exc.status, None, str(exc))
+                self.last_error[key] = (exc.status, None, _said(exc))
             return  # not collected: its unread items are sent again, and the record stays open
         for key in wanted - seen:  # never ran: expired, cancelled, or the batch failed as a whole
             self.last_error[key] = (None, None, status.problem or f"batch {record.batch_id} ended "
@@ -247,11 +242,12 @@ class Runner:
             except BatchError as exc:
                 missing = missing + 1 if exc.status == 404 else 0
                 if missing >= MISSING_READS:  # gone (deleted, another key): its items are sent again
-                    log.warning("%s: batch %s is not known to the provider: %s", self.label, record.batch_id, exc)
+                    log.warning("%s: batch %s is not known to the provider: %s", self.label, record.batch_id,
+                                _said(exc))
                     record.state = BatchState.COLLECTED
                     self.ledger.save(record)
-                    return Status(BatchState.MISSING, True, problem=str(exc))
-                log.warning("%s: polling batch %s failed (%s); %s", self.label, record.batch_id, exc,
+                    return Status(BatchState.MISSING, True, problem=_said(exc))
+                log.warning("%s: polling batch %s failed (%s); %s", self.label, record.batch_id, _said(exc),
                             "reading it again before anything is sent again" if missing else "polling again")
                 status = None
             if status is not None:
@@ -339,3 +335,8 @@ class Runner:
             result = want.ticket.ledger.settle_ahead(self.label, result, want.ticket)
         self.endpoint.ready[key] = result
         want.path.unlink(missing_ok=True)
+
+
+def _said(exc: BatchError) -> str:
+    """A batch error's words with any key in them redacted (a format's error may quote a body)."""
+    return str(redact(str(exc)))

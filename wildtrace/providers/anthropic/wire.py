@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from wildtrace.core.records import Completion, Usage
+from wildtrace.providers.anthropic.batch import AnthropicBatch
+from wildtrace.providers.batch import BatchAPI
 from wildtrace.providers.base import (
     Provider,
     Sampling,
@@ -43,7 +45,7 @@ class AnthropicProvider(Provider):
     """POST {base_url}/v1/messages with x-api-key and anthropic-version."""
 
     name = "anthropic"
-    batch_api: ClassVar[str | None] = "anthropic"
+    batch_api: ClassVar[type[BatchAPI] | None] = AnthropicBatch
     temperature_range = (0.0, 1.0)  # the Messages API takes 0-1
     api_headers: ClassVar[Mapping[str, str]] = {"anthropic-version": ANTHROPIC_VERSION}
     #: How thinking is asked for: a token budget before Claude 4.6, adaptive from 4.6 on (by route).

@@ -16,20 +16,11 @@ items' count × the endpoint's response bound.
 from __future__ import annotations
 
 import json
-import urllib.parse
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 from wildtrace.providers.base import error_status
-from wildtrace.runtime.batch.base import (
-    BatchAPI,
-    BatchError,
-    Item,
-    Line,
-    Status,
-    post_spooled,
-)
+from wildtrace.providers.batch import BatchAPI, BatchError, Control, Item, Line, Piece, Status, segment
 
 TERMINAL = frozenset({"BATCH_STATE_SUCCEEDED", "BATCH_STATE_FAILED", "BATCH_STATE_CANCELLED", "BATCH_STATE_EXPIRED"})
 #: Gemini's inline-request limit (20 MB per batch request); no documented request count limit.
@@ -56,21 +47,20 @@ class GeminiBatch(BatchAPI):
     provider = "gemini"
     max_items, max_bytes = MAX_ITEMS, MAX_BYTES
 
-    def __init__(self, control: Any, endpoint_url: str, max_line: int) -> None:
-        super().__init__(control)
+    def __init__(self, control: Control, endpoint_url: str, max_line: int) -> None:
+        super().__init__(control, endpoint_url, max_line)
         if not endpoint_url.endswith(":generateContent"):
             raise ValueError(f"not a generateContent URL: {endpoint_url}")
         self.create_url = endpoint_url[: -len(":generateContent")] + ":batchGenerateContent"
-        self.max_line = max_line
         self.done: dict[str, dict] = {}  # batch id → the finished operation (it holds the results)
 
     def item_bytes(self, item: Item) -> int:
         return item.size + len(item.custom_id) + 48
 
-    async def create(self, items: list[Item], spool: Path) -> tuple[str, str | None]:
-        """One POST whose inline requests are each item's exact bytes, streamed from the spool."""
-        path = spool / f"gemini-{items[0].custom_id[:16]}-{len(items)}.json"
-        operation = await post_spooled(self.control, self.create_url, path, items, _write)
+    async def create(self, items: list[Item]) -> tuple[str, str | None]:
+        """One POST whose inline requests are each item's exact bytes (spooled by the control)."""
+        spooled = f"gemini-{items[0].custom_id[:16]}-{len(items)}.json"
+        operation = await self.control.post(self.create_url, spooled, body(items))
         name = operation.get("name") if isinstance(operation, dict) else None
         if not isinstance(name, str) or not name.startswith(BATCH_ID):
             raise BatchError(f"the batch was created without a batches/ name: {str(operation)[:300]}")
@@ -78,7 +68,7 @@ class GeminiBatch(BatchAPI):
 
     def _url(self, batch_id: str) -> str:
         root = self.create_url.split("/v1beta/", 1)[0]
-        return f"{root}/v1beta/{BATCH_ID}{urllib.parse.quote(batch_id, safe='')}"
+        return f"{root}/v1beta/{BATCH_ID}{segment(batch_id)}"
 
     async def status(self, batch_id: str) -> Status:
         """The operation's metadata.state and batchStats; a finished one is kept for ``results``."""
@@ -106,15 +96,14 @@ class GeminiBatch(BatchAPI):
                 yield line
 
 
-def _write(path: Path, items: list[Item]) -> None:
+def body(items: list[Item]) -> list[Piece]:
+    """The batch with inline requests, each item's exact bytes as its request and its key as metadata."""
     head = {"display_name": f"wildtrace-{items[0].custom_id[:16]}-{len(items)}"}
-    with open(path, "wb") as out:
-        out.write(b'{"batch":' + json.dumps(head).encode()[:-1] + b',"input_config":{"requests":{"requests":[')
-        for i, item in enumerate(items):
-            out.write((b"," if i else b"") + b'{"request":')
-            out.write(item.path.read_bytes())
-            out.write(b',"metadata":' + json.dumps({"key": item.custom_id}).encode() + b"}")
-        out.write(b"]}}}}")
+    pieces: list[Piece] = [b'{"batch":' + json.dumps(head).encode()[:-1] + b',"input_config":{"requests":{"requests":[']
+    for i, item in enumerate(items):
+        pieces += [(b"," if i else b"") + b'{"request":', item,
+                   b',"metadata":' + json.dumps({"key": item.custom_id}).encode() + b"}"]
+    return [*pieces, b"]}}}}"]
 
 
 def _inlined(operation: dict) -> list[Any]:

@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from wildtrace.core.records import Completion, Usage
+from wildtrace.providers.gemini.batch import GeminiBatch
+from wildtrace.providers.batch import BatchAPI
 from wildtrace.providers.base import (
     served_name,
     Provider,
@@ -50,7 +52,7 @@ class GeminiProvider(Provider):
     """POST {base_url}/v1beta/models/{route}:generateContent with x-goog-api-key."""
 
     name = "gemini"
-    batch_api: ClassVar[str | None] = "gemini"
+    batch_api: ClassVar[type[BatchAPI] | None] = GeminiBatch
     #: How thinking is asked for: a token budget for Gemini 1.x/2.x, a level from 3.x on (by route).
     reasoning_formats: ClassVar[Mapping[str, str]] = {
         "gemini-budget": "generationConfig.thinkingConfig: {thinkingBudget: N, includeThoughts: true} (Gemini 2.5)",

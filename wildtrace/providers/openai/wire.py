@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from wildtrace.core.records import Completion, Usage
+from wildtrace.providers.openai.batch import OpenAIBatch
+from wildtrace.providers.batch import BatchAPI
 from wildtrace.providers.base import (
     served_name,
     Provider,
@@ -92,7 +94,7 @@ class OpenAIProvider(Provider):
     """POST {base_url}/chat/completions with a bearer token."""
 
     name = "openai"
-    batch_api: ClassVar[str | None] = "openai"
+    batch_api: ClassVar[type[BatchAPI] | None] = OpenAIBatch
     #: The OpenAI-compatible dialects of reasoning effort (``openai_fields`` builds each); openai first (the default).
     reasoning_formats: ClassVar[Mapping[str, str]] = {
         "openai": "reasoning_effort: <level> (OpenAI; the openai wire format's default)",

@@ -12,15 +12,11 @@ or not at all: either way they are unfinished and sent again.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import urllib.parse
 from collections.abc import AsyncIterator
-from pathlib import Path
-from typing import Any
 
-from wildtrace.runtime.batch.base import BatchAPI, BatchError, Item, Line, Status
-from wildtrace.runtime.attempt import decode_json
+from wildtrace.core.jsonsafe import decode_json
+from wildtrace.providers.batch import BatchAPI, BatchError, Control, Item, Line, Piece, Status, int_counts, segment
 
 #: Statuses after which the batch changes no more (types/batch.py's ``status`` literal).
 TERMINAL = frozenset({"completed", "failed", "expired", "cancelled"})
@@ -32,20 +28,14 @@ ENDPOINT = "/v1/chat/completions"
 MAX_ITEMS, MAX_BYTES = 50_000, 200 * 1000 * 1000
 
 
-def _ints(value: Any) -> dict[str, int]:
-    if not isinstance(value, dict):
-        return {}
-    return {str(k): v for k, v in value.items() if isinstance(v, int) and not isinstance(v, bool)}
-
-
 class OpenAIBatch(BatchAPI):
     """Files + Batches under the endpoint's base URL (``…/v1``)."""
 
     provider = "openai"
     max_items, max_bytes = MAX_ITEMS, MAX_BYTES
 
-    def __init__(self, control: Any, endpoint_url: str) -> None:
-        super().__init__(control)
+    def __init__(self, control: Control, endpoint_url: str, max_line: int) -> None:
+        super().__init__(control, endpoint_url, max_line)
         if not endpoint_url.endswith("/chat/completions"):
             raise ValueError(f"not a chat completions URL: {endpoint_url}")
         # The batch's ``endpoint`` and each line's ``url`` are the Batch API's own name for the
@@ -59,22 +49,15 @@ class OpenAIBatch(BatchAPI):
     def item_bytes(self, item: Item) -> int:
         return item.size + len(self._prefix(item.custom_id)) + 2
 
-    def _write(self, path: Path, items: list[Item]) -> None:
-        with open(path, "wb") as out:
-            for item in items:
-                out.write(self._prefix(item.custom_id))
-                out.write(item.path.read_bytes())
-                out.write(b"}\n")
+    def body(self, items: list[Item]) -> list[Piece]:
+        """The JSONL input file: one line per item, its body spliced in as its exact bytes."""
+        return [piece for item in items for piece in (self._prefix(item.custom_id), item, b"}\n")]
 
-    async def create(self, items: list[Item], spool: Path) -> tuple[str, str | None]:
-        """Write the JSONL (each body spliced in as its exact bytes), upload it, create the batch."""
-        path = spool / f"openai-{items[0].custom_id[:16]}-{len(items)}.jsonl"
-        await asyncio.to_thread(self._write, path, items)  # up to 200 MB: off the event loop
-        try:
-            uploaded = await self.control.json("POST", f"{self.control.base_url}/files", data={"purpose": "batch"},
-                                               files=("file", str(path), "application/jsonl"))
-        finally:
-            path.unlink(missing_ok=True)
+    async def create(self, items: list[Item]) -> tuple[str, str | None]:
+        """Upload the JSONL (up to 200 MB, spooled by the control), create the batch."""
+        spooled = f"openai-{items[0].custom_id[:16]}-{len(items)}.jsonl"
+        uploaded = await self.control.upload(f"{self.control.base_url}/files", spooled, self.body(items),
+                                             {"purpose": "batch"})
         file_id = uploaded.get("id") if isinstance(uploaded, dict) else None
         if not isinstance(file_id, str) or not file_id:
             raise BatchError(f"the file upload answered without an id: {str(uploaded)[:300]}")
@@ -99,7 +82,7 @@ class OpenAIBatch(BatchAPI):
             first = errors["data"][0]
             problem = (f"{first.get('code')}: {first.get('message')}" if isinstance(first, dict)
                        else str(first))[:2000]
-        return Status(state, state in TERMINAL, _ints(batch.get("request_counts")), refs, problem)
+        return Status(state, state in TERMINAL, int_counts(batch.get("request_counts")), refs, problem)
 
     async def results(self, batch_id: str, status: Status, wanted: set[str], max_line: int) -> AsyncIterator[Line]:
         """The output file's lines, then the error file's."""
@@ -108,7 +91,7 @@ class OpenAIBatch(BatchAPI):
             file_id = status.refs.get(ref)
             if not file_id:
                 continue
-            url = f"{self.control.base_url}/files/{urllib.parse.quote(file_id, safe='')}/content"
+            url = f"{self.control.base_url}/files/{segment(file_id)}/content"
             async for raw in self.control.lines(url, max_line, total):
                 line = _line(raw, wanted)
                 if line is not None:

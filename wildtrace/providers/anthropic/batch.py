@@ -14,22 +14,12 @@ are the synchronous call's; ``results_url`` is followed only on the endpoint's o
 from __future__ import annotations
 
 import json
-import urllib.parse
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
+from wildtrace.core.jsonsafe import decode_json
 from wildtrace.providers.base import error_status
-from wildtrace.runtime.batch.base import (
-    BatchAPI,
-    BatchError,
-    Item,
-    Line,
-    Status,
-    post_spooled,
-)
-from wildtrace.runtime.batch.openai import _ints
-from wildtrace.runtime.attempt import decode_json
+from wildtrace.providers.batch import BatchAPI, BatchError, Item, Line, Piece, Status, int_counts, segment
 
 #: The Message Batches limits: 100,000 requests or 256 MB per batch.
 MAX_ITEMS, MAX_BYTES = 100_000, 256 * 1000 * 1000
@@ -45,10 +35,10 @@ class AnthropicBatch(BatchAPI):
     def _root(self) -> str:
         return f"{self.control.base_url}/v1/messages/batches"
 
-    async def create(self, items: list[Item], spool: Path) -> tuple[str, str | None]:
-        """One POST whose ``params`` are each item's exact bytes, streamed from the spool."""
-        path = spool / f"anthropic-{items[0].custom_id[:16]}-{len(items)}.json"
-        batch = await post_spooled(self.control, self._root, path, items, _write)  # up to 256 MB
+    async def create(self, items: list[Item]) -> tuple[str, str | None]:
+        """One POST whose ``params`` are each item's exact bytes (up to 256 MB, spooled by the control)."""
+        spooled = f"anthropic-{items[0].custom_id[:16]}-{len(items)}.json"
+        batch = await self.control.post(self._root, spooled, body(items))
         batch_id = batch.get("id") if isinstance(batch, dict) else None
         if not isinstance(batch_id, str) or not batch_id:
             raise BatchError(f"the message batch was created without an id: {str(batch)[:300]}")
@@ -56,16 +46,16 @@ class AnthropicBatch(BatchAPI):
 
     async def status(self, batch_id: str) -> Status:
         """processing_status, request_counts, results_url."""
-        batch = await self.control.json("GET", f"{self._root}/{urllib.parse.quote(batch_id, safe='')}")
+        batch = await self.control.json("GET", f"{self._root}/{segment(batch_id)}")
         if not isinstance(batch, dict):
             raise BatchError(f"message batch {batch_id}: not a batch object: {str(batch)[:300]}")
         state = str(batch.get("processing_status") or "unknown")
         refs = {"results_url": batch["results_url"]} if isinstance(batch.get("results_url"), str) else {}
-        return Status(state, state == "ended", _ints(batch.get("request_counts")), refs)
+        return Status(state, state == "ended", int_counts(batch.get("request_counts")), refs)
 
     async def results(self, batch_id: str, status: Status, wanted: set[str], max_line: int) -> AsyncIterator[Line]:
         """The results file's lines (the key is sent only to the endpoint's own origin)."""
-        url = status.refs.get("results_url") or f"{self._root}/{urllib.parse.quote(batch_id, safe='')}/results"
+        url = status.refs.get("results_url") or f"{self._root}/{segment(batch_id)}/results"
         if not self.control.same_origin(url):
             raise BatchError(f"message batch {batch_id}: results_url is not on {self.control.base_url}; "
                              "the key is not sent elsewhere")
@@ -76,15 +66,13 @@ class AnthropicBatch(BatchAPI):
                 yield line
 
 
-def _write(path: Path, items: list[Item]) -> None:
-    with open(path, "wb") as out:
-        out.write(b'{"requests":[')
-        for i, item in enumerate(items):
-            out.write((b"," if i else b"") + json.dumps({"custom_id": item.custom_id}).encode()[:-1]
-                      + b',"params":')
-            out.write(item.path.read_bytes())
-            out.write(b"}")
-        out.write(b"]}")
+def body(items: list[Item]) -> list[Piece]:
+    """``{"requests": [{"custom_id", "params"}, …]}`` with each item's exact bytes as its params."""
+    pieces: list[Piece] = [b'{"requests":[']
+    for i, item in enumerate(items):
+        pieces += [(b"," if i else b"") + json.dumps({"custom_id": item.custom_id}).encode()[:-1] + b',"params":',
+                   item, b"}"]
+    return [*pieces, b"]}"]
 
 
 def _line(raw: bytes | None, wanted: set[str]) -> Line | None:
