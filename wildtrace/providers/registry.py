@@ -1,7 +1,8 @@
 """Provider names → classes: the one place a new wire format is registered.
 
-A provider is one module (its class holds every fact about it: ``Provider``'s class
-attributes) and one line below; nothing else in the harness names it.
+A provider is one package (``providers/<name>/``: its class, which holds every fact about it in
+``Provider``'s class attributes, and its batch format) and one line below; nothing else in the
+harness names it.
 """
 
 from __future__ import annotations
