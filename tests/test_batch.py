@@ -880,3 +880,41 @@ def test_a_batch_id_is_quoted_as_urllib_quotes_a_path_segment(ident):
 
     from wildtrace.providers.batch import segment
     assert segment(ident) == urllib.parse.quote(ident, safe="")
+
+
+class _Held:
+    """An item's bytes held in memory: a batch format never reads files, so no spool is needed here."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def read_bytes(self) -> bytes:
+        return self.data
+
+
+def _laid_out(pieces) -> bytes:
+    from wildtrace.providers.batch import Item
+    return b"".join(p.path.read_bytes() if isinstance(p, Item) else p for p in pieces)
+
+
+def _formats():
+    from wildtrace.providers.anthropic.batch import body as anthropic_body
+    from wildtrace.providers.gemini.batch import body as gemini_body
+    from wildtrace.providers.openai import OpenAIBatch
+    openai = OpenAIBatch(None, "http://127.0.0.1:1/v1/chat/completions", 1 << 20)
+    return {"openai": openai.body, "anthropic": anthropic_body, "gemini": gemini_body}
+
+
+@pytest.mark.parametrize(("provider", "golden"), [
+    ("openai", b'{"custom_id":"k1","method":"POST","url":"/v1/chat/completions","body":{"m": 1.50}}\n'
+               b'{"custom_id":"k2","method":"POST","url":"/v1/chat/completions","body":{"m":2}}\n'),
+    ("anthropic", b'{"requests":[{"custom_id": "k1","params":{"m": 1.50}},{"custom_id": "k2","params":{"m":2}}]}'),
+    ("gemini", b'{"batch":{"display_name": "wildtrace-k1-2","input_config":{"requests":{"requests":['
+               b'{"request":{"m": 1.50},"metadata":{"key": "k1"}},{"request":{"m":2},"metadata":{"key": "k2"}}]}}}}'),
+])
+def test_a_batch_body_splices_each_items_exact_bytes(provider, golden):
+    """The pure formats lay the body out; each item's bytes (its cache key's bytes) go in untouched."""
+    from wildtrace.providers.batch import Item
+    items = [Item("k1", _Held(b'{"m": 1.50}'), 11), Item("k2", _Held(b'{"m":2}'), 7)]
+    assert _laid_out(_formats()[provider](items)) == golden
+    assert json.loads(golden.splitlines()[0]) is not None  # valid JSON (the first line of OpenAI's JSONL)
