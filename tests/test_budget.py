@@ -315,7 +315,7 @@ def test_the_progress_line_shows_spend_against_the_cap(caplog):
     import logging
 
     from wildtrace.runtime.pipeline import Counters
-    from wildtrace.runtime.run import _Progress
+    from wildtrace.runtime.progress import _Progress
 
     async def go() -> Ledger:
         book = ledger(run_cap=5.0)

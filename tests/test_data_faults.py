@@ -575,7 +575,7 @@ def test_a_bad_probe_out_is_refused_before_any_request(tmp_path, test_key, bad):
     ids=["all cached", "journaled", "some lost", "journal unwritable", "cache off"],
 )
 def test_the_stopped_headline_says_where_the_outcomes_are(tmp_path, enabled, uncached, says, never):
-    from wildtrace.runtime.run import kept_line
+    from wildtrace.runtime.summary import kept_line
 
     cfg = settings(tmp_path, [f"cache.enabled={str(enabled).lower()}"])
     line = kept_line(cfg, uncached)

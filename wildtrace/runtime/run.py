@@ -14,16 +14,12 @@ import functools
 import hashlib
 import json
 import logging
-import math
 import shlex
 import signal
 import subprocess
-import sys
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +45,9 @@ from wildtrace.runtime.plan import Plan, build_plan
 from wildtrace.runtime.prompt_cache import PromptCacheTally
 from wildtrace.runtime.responses import scrub_answers
 from wildtrace.runtime.secrets import install_log_filter, read_keys, redact
+from wildtrace.runtime.progress import _Progress
+from wildtrace.runtime.summary import (_kept_without_run_files, all_failed, config_prefix, cost_lines, headline,
+                                       money, raised_caps, served_model_warnings)
 from wildtrace.runtime import served
 
 log = logging.getLogger("wildtrace")
@@ -82,11 +81,6 @@ def key_needs(specs: Sequence[EndpointSpec]) -> list[tuple[str, str, str]]:
 def endpoint_configs(cfg: WildtraceConfig) -> dict[str, EndpointConfig]:
     """label → the endpoint's config: "model" and each judge key."""
     return {"model": cfg.model, **cfg.judge_panel.judges}
-
-
-def config_prefix(label: str) -> str:
-    """The config key an endpoint's settings live under."""
-    return "model" if label == "model" else f"judge_panel.judges.{label}"
 
 
 #: Settings that change neither what a command sends nor what it pays for: the same command with
@@ -211,139 +205,10 @@ def resume_command(overrides: Sequence[str]) -> str:
     return " ".join(["python -m wildtrace", *map(shlex.quote, overrides)])
 
 
-def served_model_warnings(endpoints: dict[str, Endpoint],
-                          rules: dict[str, served.ServedPolicy] | None = None) -> list[tuple[str, str]]:
-    """(code, message) for each endpoint whose responses name a model its served_model rule does not accept."""
-    rules = rules if rules is not None else {label: served.ServedPolicy(served.default_pattern(
-        e.provider.spec.route), "warn", route=e.provider.spec.route) for label, e in endpoints.items()}
-    return served.warnings(rules, {label: e.served_models for label, e in endpoints.items()},
-                           {label: e.provider.spec.route for label, e in endpoints.items()})
-
-
-def failure_lines(counters: Counters) -> list[str]:
-    """Failures by endpoint and reason, with each endpoint's dominant error."""
-    lines = []
-    for label, calls in counters.calls.items():
-        failed = sum(n for (lbl, _), n in counters.failures.items() if lbl == label)
-        if not failed:
-            continue
-        reasons = ", ".join(f"{reason} {n}" for (lbl, reason), n in counters.failures.most_common() if lbl == label)
-        dominant, _ = counters.errors[label].most_common(1)[0]
-        lines.append(f"{label}: {failed}/{calls} calls failed ({reasons}): {dominant}")
-    return lines
-
-
-def all_failed(counters: Counters) -> list[str]:
-    """Endpoints that made calls and saw every one of them fail."""
-    return [label for label, calls in counters.calls.items()
-            if calls and sum(n for (lbl, _), n in counters.failures.items() if lbl == label) == calls]
-
-
-def headline(cfg: WildtraceConfig, summary: dict | None, outcome: Outcome, out_dir: Path, stats: dict) -> str:
-    """The lines printed at the end of a run."""
-    c = outcome.counters
-    n_tasks = stats["dataset"]["n_tasks"]
-    lines = [f"wildtrace {__version__}: model={cfg.model.name} panel={cfg.judge_panel.name} "
-             f"dataset={cfg.dataset.name} ({n_tasks} tasks, stage={cfg.stage}, replicate "
-             f"decoding={cfg.decoding.replicate} judges={cfg.judge_panel.replicate})"]
-    if outcome.stopped:
-        lines.append(f"STOPPED ({outcome.stopped}): {len(outcome.answers)} of {n_tasks} tasks finished; the numbers "
-                     f"below cover those only (partial). {kept_line(cfg, stats['uncached'])}")
-    if summary is not None:
-        scored = "n/a" if summary["scored"] is None else f"{summary['scored']:.2f}%"
-        overall = "n/a" if summary["overall"] is None else f"{summary['overall']:.2f}%"
-        lines.append(f"overall (All view): {overall}   scored: {scored} (n={summary['n_scored']})")
-        lines.append(f"scored {summary['n_scored']} · unscored {summary['n_unscored']} · failed {summary['n_failed']}"
-                     f" · out of context {summary['n_out_of_context']} · missing {summary['n_missing']}"
-                     + (f" · budget_exhausted {summary['n_budget_exhausted']}"
-                        if summary.get("n_budget_exhausted") else "") + f" · of {summary['n_total']}")
-    else:
-        lines.append(f"answered {c.answered} · failed {c.failed} · out of context {c.out_of_context}"
-                     + (f" · budget_exhausted {c.budget_exhausted}" if c.budget_exhausted else ""))
-    calls = sum(c.calls.values())
-    lines.append(f"calls: {calls} ({stats['cache_hits']} from the cache, {sum(stats['requests'].values())} requests "
-                 f"sent, {stats['retries']} retries)")
-    lines.extend(failure_lines(c))
-    lines.extend(f"warning: {w['message']}" for w in stats["warnings"])
-    lines.append(f"run dir: {out_dir}")
-    return "\n".join(lines)
-
-
 def uncached_stats(cache: Cache) -> dict:
     """run_stats ``uncached``: outcomes the cache refused, the journal holding them, and how many it could not."""
     return {"outcomes": cache.uncached, "journal": str(cache.journal) if cache.journaled else None,
             "lost": cache.uncached - cache.journaled}
-
-
-def kept_line(cfg: WildtraceConfig, uncached: dict) -> str:
-    """Where what was received is kept: the headline's promise, true in every case."""
-    if not cfg.cache.enabled:
-        return "The cache is off (cache.enabled=false): what was received is in the run files only."
-    if not uncached["outcomes"]:
-        return "Every outcome received is cached."
-    text = (f"{uncached['outcomes']} outcome(s) received could not be cached (storage failure): they are in the "
-            "run files (noted 'not cached')")
-    if uncached["journal"]:
-        text += f" and kept in {uncached['journal']}, which the rerun reads"
-    if uncached["lost"]:
-        text += f"; {uncached['lost']} of them could not be journaled either and will be paid again"
-    return text + ". Everything else received is cached."
-
-
-def _kept_without_run_files(cache: Cache) -> str:
-    """Where the outcomes are when the run files could not be written (the error's promise, kept true)."""
-    if not cache.uncached:
-        return "every outcome received is in the cache"
-    if cache.uncached > cache.journaled:
-        return f"{cache.uncached - cache.journaled} outcome(s) received could be kept nowhere and will be paid again"
-    return f"the outcomes the cache refused are in {cache.journal}"
-
-
-class _Progress:
-    """A tqdm bar on a terminal; elsewhere a log line every ``every_s`` seconds (and at the end)."""
-
-    def __init__(self, total: int, enabled: bool, every_s: float, endpoints: dict[str, Endpoint],
-                 ledger: Ledger | None = None) -> None:
-        self.total, self.every_s, self.endpoints = total, every_s, endpoints
-        self.ledger = ledger or Ledger()
-        self.started = time.monotonic()
-        self.last = self.started
-        self.bar = None
-        self.lines = enabled and not sys.stderr.isatty()
-        if enabled and sys.stderr.isatty():
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=total, desc="tasks", unit="task", file=sys.stderr)
-
-    def __call__(self, c: Counters, task_done: bool) -> None:
-        if self.bar is not None:
-            if task_done:
-                self.bar.update(1)
-            if c.batches:  # batch mode: each batch's state and counts while the bar waits
-                self.bar.set_description_str("tasks · " + "; ".join(c.batches.values()), refresh=False)
-            spend = self.ledger.progress()
-            self.bar.set_postfix({**c.as_postfix(), **({"usd": spend.removeprefix("spent ")} if spend else {})},
-                                 refresh=False)
-        elif self.lines and time.monotonic() - self.last >= self.every_s:
-            self.line(c)
-
-    def line(self, c: Counters) -> None:
-        """One progress line: counts, rate, failures, each endpoint's current limit."""
-        self.last = time.monotonic()
-        elapsed = max(self.last - self.started, 1e-9)
-        limits = " ".join(f"{label}={e.limit.limit}" for label, e in self.endpoints.items())
-        log.info("progress: %d/%d tasks (%.2f/s) · ok %d · failed %d · ooc %d · judged %d · unavailable %d · "
-                 "retries %d · limits %s%s", c.tasks_done, self.total, c.tasks_done / elapsed, c.answered, c.failed,
-                 c.out_of_context, c.judged, c.judge_unavailable, c.retries, limits,
-                 (f" · {spend}" if (spend := self.ledger.progress()) else "")
-                 + "".join(f" · batch {line}" for line in c.batches.values()))
-
-    def close(self, c: Counters) -> None:
-        """End the bar, or write the last line."""
-        if self.bar is not None:
-            self.bar.close()
-        elif self.lines:
-            self.line(c)
 
 
 async def _execute(plan: Plan, counters: Counters, progress: _Progress, observer: RunObserver,
@@ -556,57 +421,6 @@ def _exit_code(outcome: Outcome, counters: Counters, signals: list[int], ledger:
     if ledger.not_sent():
         return EXIT_BUDGET
     return EXIT_NOT_LOGGED if unlogged else EXIT_OK
-
-
-def money(value: float | None) -> str:
-    """USD for a person: unknown stays unknown."""
-    return "unknown" if value is None else f"${value:,.4f}" if value < 1 else f"${value:,.2f}"
-
-
-def cost_lines(cost: dict) -> list[str]:
-    """The headline's cost: the total and each endpoint's (at least / at most when attempts' bills are unknown),
-    what earlier runs of the command paid, and what a cap held back."""
-    parts = ", ".join(f"{label} {spend(row['cost_usd'], row['at_most_usd'], row['attempts_cost_unknown'])}"
-                      for label, row in cost["endpoints"].items())
-    lines = [f"cost: {spend(cost['total_usd'], cost['at_most_usd'], 0)} ({parts})"]
-    if cost["earlier_usd"]:
-        lines.append(f"this command so far, its earlier runs included: at most {money(cost['command_usd'])} "
-                     f"({money(cost['earlier_usd'])} of it before this run)")
-    if cost["not_sent_budget"]:
-        caps = ([f"budget.max_usd={money(cost['max_usd'])}"] if cost["max_usd"] is not None else []) + \
-               [f"{config_prefix(label)}.max_usd={money(row['max_usd'])}" for label, row in cost["endpoints"].items()
-                if row["max_usd"] is not None]
-        lines.append(f"BUDGET CAP REACHED ({', '.join(caps)}): this command spent at most "
-                     f"{money(cost['command_usd'])}; {cost['not_sent_budget']} calls not sent (recorded as "
-                     "budget_exhausted, never cached: a rerun with a higher cap sends only them)")
-    return lines
-
-
-def spend(known: float | None, at_most: float | None, unknown: int) -> str:
-    """``$1.20``, or ``at least $1.20, at most $1.50`` when some attempts' bills are unknown (at their worst case)."""
-    if known is None or at_most is None or at_most == known:
-        return money(known)
-    attempts = f" ({unknown} attempts of unknown bill at their worst case)" if unknown else ""
-    return f"at least {money(known)}, at most {money(at_most)}{attempts}"
-
-
-def raised_caps(cfg: WildtraceConfig, ledger: Ledger, overrides: Sequence[str]) -> list[str]:
-    """The overrides with every cap that held calls back raised to what lets the command finish: what it has
-    paid or may have been billed so far, plus the worst case of each call left (one attempt each)."""
-    raised: dict[str, float] = {}
-    if cfg.budget.max_usd is not None:
-        need = sum((a.settled() + a.left for a in ledger.accounts.values()), Fraction(0))
-        raised["budget.max_usd"] = max(_up(need), cfg.budget.max_usd)
-    for label, account in ledger.accounts.items():
-        if account.not_sent and account.cap is not None:
-            raised[f"{config_prefix(label)}.max_usd"] = max(_up(account.settled() + account.left), float(account.cap))
-    kept = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in raised]
-    return kept + [f"{key}={value:g}" for key, value in raised.items()]
-
-
-def _up(amount: Fraction) -> float:
-    """USD rounded up to the next 1e-6, so a cap named this way is never short of ``amount``."""
-    return math.ceil(amount * 1_000_000) / 1_000_000
 
 
 def _judges_left(plan: Plan, outcome: Outcome, ledger: Ledger) -> None:
