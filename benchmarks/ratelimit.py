@@ -14,6 +14,7 @@ from the endpoint's first request to the last answer: the share of the limit's r
 
     python benchmarks/ratelimit.py                       # every configuration, all at once (~7 min)
     python benchmarks/ratelimit.py --windows 1 6         # some windows only
+    python benchmarks/ratelimit.py --limits bucket --jobs 1   # some limits, one job only
 """
 
 from __future__ import annotations
@@ -201,15 +202,15 @@ def measure(config: Config) -> dict:
             "admitted": limit.admitted, "failed": sum(failed), "elapsed_s": elapsed}
 
 
-def configurations(windows: list[float]) -> list[Config]:
+def configurations(windows: list[float], limits: list[str], jobs: list[int]) -> list[Config]:
     found = []
     for window in windows:
         tasks = 40 if window >= 60 else 200
         for latency, concurrency in ((0.1, 8), (2.0, 24)):
             for dialect in ("openai", "anthropic", "none"):
-                for bucket in (False, True):
+                for bucket in [b for b in (False, True) if ("bucket" if b else "fixed") in limits and 1 in jobs]:
                     found.append(Config(window, latency, dialect, bucket, tasks, concurrency))
-        if window < 60:
+        if window < 60 and 2 in jobs and "fixed" in limits:
             for dialect in ("openai", "anthropic", "none"):
                 found.append(Config(window, 0.1, dialect, False, 200, 8, jobs=2))
     return found
@@ -218,8 +219,10 @@ def configurations(windows: list[float]) -> list[Config]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--windows", type=float, nargs="+", default=[1.0, 6.0, 60.0])
+    parser.add_argument("--limits", nargs="+", choices=["fixed", "bucket"], default=["fixed", "bucket"])
+    parser.add_argument("--jobs", type=int, nargs="+", choices=[1, 2], default=[1, 2])
     args = parser.parse_args()
-    configs = configurations(args.windows)
+    configs = configurations(args.windows, args.limits, args.jobs)
     figures: dict[Config, dict] = {}
     threads = [threading.Thread(target=lambda c=c: figures.__setitem__(c, measure(c))) for c in configs]
     for thread in threads:

@@ -296,6 +296,22 @@ def test_another_job_on_the_key_is_seen_in_the_figures_and_given_its_share():
     assert limit.delay_for(Cost(2751)) == pytest.approx(8.5)  # else: the reset
 
 
+@pytest.mark.parametrize(("first", "second", "cost", "wait"), [
+    # a bucket (1000 tokens a second): 2 s later the figure rose by the 2000 refilled, less the 1000 sent
+    ((5000, "5s"), (6000, "4s"), 9000, 3.0),  # 3000 more refill in 3 s, not the 4 s to full
+    # a fixed window: the figure fell by what was sent; it is whole again at its reset only
+    ((9000, "10s"), (8000, "8s"), 9000, 8.0),
+    # an answer reordered on the way in (the server had not counted the one before): no refill
+    ((9000, "10s"), (9000, "8s"), 9500, 8.0),
+])
+def test_a_bucket_that_refills_is_credited_its_refill(first, second, cost, wait):
+    limit, clock = limiter(8)
+    limit.release(take(limit, 1000), 200, openai_headers(first[0], first[1], limit_tokens=10_000))
+    clock.advance(2.0)
+    limit.release(take(limit, 1000), 200, openai_headers(second[0], second[1], limit_tokens=10_000))
+    assert limit.delay_for(Cost(cost)) == pytest.approx(wait)
+
+
 def test_a_streams_headers_pace_before_its_body_ends():
     limit, _ = limiter(8)
     grant = take(limit, 1000)

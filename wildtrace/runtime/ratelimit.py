@@ -182,6 +182,7 @@ class _Budget:
     figure_at: float = -math.inf
     others: float = 0.0  #: what the figures fell by beyond this job's sends (other jobs on the key) …
     others_s: float = 0.0  #: … over this many seconds (both halved as they pass two windows)
+    refill: float = 0.0  #: tokens a second it refills at, once a figure rose between resets (a bucket)
     next_at: float = -math.inf  #: sends are spread at this job's share of the rate: the next not before this
 
     def roll(self, now: float, last_sent: int) -> None:
@@ -199,7 +200,9 @@ class _Budget:
         """What is left for this job now: ``remaining`` less what other jobs took since the last figure."""
         if self.remaining is None:
             return None
-        return self.remaining - self.others_rate() * max(0.0, now - self.figure_at)
+        since = max(0.0, now - self.figure_at)
+        room = self.remaining - self.others_rate() * since
+        return min(self.limit, room + self.refill * since) if self.refill and self.limit else room
 
     def spread(self, need: int, now: float) -> None:
         """Take ``need`` from what is left, and hold the next send for its share of the window."""
@@ -210,11 +213,17 @@ class _Budget:
             share = max(rate - self.others_rate(), rate * MIN_SHARE)
             self.next_at = max(self.next_at, now) + need / share
 
-    def learn(self, figure: float, own: float, now: float) -> None:
-        """A newer figure in the same window: what fell beyond this job's own sends was other jobs'."""
+    def learn(self, figure: float, own: float, now: float, reset_in: float | None) -> None:
+        """A newer figure in the same window: what fell beyond this job's own sends was other jobs';
+        what rose was refilled (a bucket: it refills at what is missing over the time to full)."""
+        rate = (self.limit - figure) / reset_in if self.limit and reset_in and figure < self.limit else 0.0
         if self.figure is not None and (self.reset_at is None or now < self.reset_at):
+            rose, since = figure - (self.figure - own), now - self.figure_at
+            # An answer reordered on the way in looks like a rise too: a refill is about as large as the rate says.
+            if rate and (self.refill or rate * since / 2 <= rose <= 2 * rate * since):
+                self.refill = rate
             # Signed: answers reordered on the way in count once too many here and once too few later.
-            self.others += self.figure - own - figure
+            self.others -= rose - self.refill * since
             self.others_s += now - self.figure_at
             if self.window_s and self.others_s > 2 * self.window_s:
                 self.others, self.others_s = self.others / 2, self.others_s / 2
@@ -300,7 +309,9 @@ class AdaptiveLimit:
             room = budget.room(now)
             if room is None or need <= room:
                 continue
-            if budget.reset_at is not None:
+            if budget.refill:
+                waits.append((need - room) / budget.refill)
+            elif budget.reset_at is not None:
                 waits.append(budget.reset_at - now)
             elif self._in_flight > 0:
                 return None  # larger than what the window holds: it goes alone
@@ -380,7 +391,7 @@ class AdaptiveLimit:
             if grant.seq < budget.grant or window.remaining is None:
                 continue  # answers come back out of order: a later attempt's figure is newer
             budget.learn(window.remaining, sum(g.cost.against(name) for g in self._sent
-                                               if budget.grant < g.seq <= grant.seq), now)
+                                               if budget.grant < g.seq <= grant.seq), now, window.reset_in)
             budget.grant = grant.seq
             budget.remaining = window.remaining - sum(g.cost.against(name) for g in self._sent if g.seq > grant.seq)
             budget.reset_at = now + window.reset_in if window.reset_in else None
