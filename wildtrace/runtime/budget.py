@@ -37,7 +37,6 @@ from pathlib import Path
 
 from wildtrace.core.cost import DIGITS, Billable, Price, billable, exact_cost, worst_cost
 from wildtrace.core.records import CallResult, FailReason, Usage
-from wildtrace.runtime.cache import FILE_THREADS
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +189,7 @@ class Ledger:
         async with self._writing:
             if self.journal.pending:
                 lines, self.journal.pending = self.journal.pending, []  # taken here, on the loop
-                await asyncio.get_running_loop().run_in_executor(FILE_THREADS, self.journal.write, lines)
+                await asyncio.to_thread(self.journal.write, lines)
                 self._earlier()
 
     def close(self) -> None:

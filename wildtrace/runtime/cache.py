@@ -29,7 +29,6 @@ import os
 import tempfile
 import threading
 from collections.abc import AsyncIterator, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,11 +46,6 @@ OUTCOME_FIELDS: dict[str, type | tuple[type, ...]] = {"payload": object, "http_s
                                                      "latency_s": (int, float)}
 #: How often a process waiting for another's call looks at the lock again.
 LOCK_POLL_S = 0.05
-#: The threads the cache's file work runs on off the event loop: lock files, and the stores'
-#: write, fsync and rename (runtime/http.py). Apart from asyncio's default pool (six threads on
-#: two cores), where a slow disk's fsyncs would keep the next documents from being read
-#: (pipeline.prepare_all), and so the next requests from being sent.
-FILE_THREADS = ThreadPoolExecutor(max_workers=32, thread_name_prefix="wildtrace-cache")
 #: Where a run's journal sits, relative to ``root``, in Hydra's layout (conf/config.yaml):
 #: runs/<date>/<time>, multirun/<date>/<time>/<job>, and runs/adhoc for a run() without Hydra.
 JOURNAL_GLOBS = (f"runs/*/{JOURNAL}", f"runs/*/*/{JOURNAL}", f"multirun/*/*/*/{JOURNAL}")
@@ -256,14 +250,13 @@ class Cache:
         finally:
             # Removed (when stored) and released on a file thread, even when this task is cancelled
             # meanwhile: the thread runs to the end either way.
-            await asyncio.shield(asyncio.get_running_loop().run_in_executor(FILE_THREADS, self._release, key, path,
-                                                                            fd))
+            await asyncio.shield(asyncio.get_running_loop().run_in_executor(None, self._release, key, path, fd))
 
     async def _opened_lock(self, path: Path) -> int | None:
         """The lock file's descriptor, opened on a file thread: creating a file (or its folder) waits
         on the filesystem's journal, which the store threads' fsyncs keep busy, and on the event loop
         that held every call up (0.8 ms an open, 1.2 ms a folder, measured with judges storing)."""
-        opening = asyncio.get_running_loop().run_in_executor(FILE_THREADS, self._open_lock, path)
+        opening = asyncio.get_running_loop().run_in_executor(None, self._open_lock, path)
         try:
             return await asyncio.shield(opening)
         except asyncio.CancelledError:  # the descriptor still arrives: close it then

@@ -14,8 +14,6 @@ Every provider goes through ``Endpoint.call``; providers never touch a socket. H
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import functools
 import json
 import time
 from collections.abc import Callable
@@ -29,7 +27,7 @@ from wildtrace.core.records import CallResult, FailReason
 from wildtrace.providers.base import Provider, WireRequest
 from wildtrace.runtime.attempt import Attempt, Sender, encode_body
 from wildtrace.runtime.budget import Ticket
-from wildtrace.runtime.cache import FILE_THREADS, Cache, StorageError, cache_key
+from wildtrace.runtime.cache import Cache, StorageError, cache_key
 from wildtrace.runtime.call import REPLICATE_HEADER, CallLoop, interpret
 from wildtrace.runtime.client import make_client
 from wildtrace.runtime.ratelimit import AdaptiveLimit, Cost
@@ -174,16 +172,13 @@ class Endpoint:
         return prepare_request(self.provider, request, replicate)
 
     async def call(self, request: WireRequest, replicate: int = 0, cost: Cost | None = None,
-                   prepared: Prepared | None = None, ticket: Ticket | None = None,
-                   storing: Callable[[], None] | None = None) -> CallResult:
+                   prepared: Prepared | None = None, ticket: Ticket | None = None) -> CallResult:
         """The outcome of one logical request: from the cache, or fetched (with retries) and stored.
 
         ``cost``: what the request counts against the rate limits (its estimated tokens), for pacing;
         ``prepared``: ``prepare(request, replicate)`` already made (off the event loop);
         ``ticket``: the call's claim on a spend cap, reserved on a cache miss just before sending
-        (runtime/budget.py); refused, the call is not sent and comes back ``budget_exhausted``;
-        ``storing``: told when the outcome is in hand and only its store (an fsync) is left, so a
-        caller may send its next request meanwhile; this call still returns once it is stored.
+        (runtime/budget.py); refused, the call is not sent and comes back ``budget_exhausted``.
         """
         asked = self.provider.budget(request) if self.provider.spec.max_output_tokens is not None else None
         while True:
@@ -207,10 +202,7 @@ class Endpoint:
                 result = self._finish(self.loop.budget_noted(result, request, asked), request)
                 # Stored from a thread: an fsync must not hold up every other call's I/O.
                 if is_storable(result) and self.cache.enabled:
-                    if storing is not None:
-                        storing()
-                    store = functools.partial(contextvars.copy_context().run, self._store, key, material, result)
-                    result = await asyncio.get_running_loop().run_in_executor(FILE_THREADS, store)
+                    result = await asyncio.to_thread(self._store, key, material, result)
                 return result
 
     def _store(self, key: str, material: dict, result: CallResult) -> CallResult:

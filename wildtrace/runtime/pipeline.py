@@ -354,8 +354,8 @@ class _Run:
         for _ in range(workers):
             await ready.put(None)
 
-    async def answer(self, ready: _Ready, storing: Callable[[], None] | None = None) -> AnswerRecord:
-        """A task's answer record; ``storing`` is told when only its outcome's store is left (Endpoint.call)."""
+    async def answer(self, ready: _Ready) -> AnswerRecord:
+        """A task's answer record."""
         task, plan, decision = ready.task, self.plan, self.decisions[ready.task.question_id]
         document_ref = document_of(plan.dataset, task)
         if not decision.in_scope:
@@ -378,7 +378,7 @@ class _Run:
             try:
                 async with self._first_call(ready):
                     result = await plan.model.call(ready.prepared.request, plan.answer_replicate, ready.cost,
-                                                   ready.prepared, ticket=ticket, storing=storing)
+                                                   ready.prepared, ticket=ticket)
             except BaseException:  # cancelled or raised: it may have been billed, so its reservation stays spent
                 plan.ledger.abandon("model", ticket)
                 raise
@@ -543,42 +543,29 @@ class _Run:
             # reading, encoding and hashing a document happen while the calls are in flight.
             ready: asyncio.Queue[_Ready | None] = asyncio.Queue(maxsize=max(1, workers // 4))
 
-            async def one(item: _Ready, storing: Callable[[], None]) -> None:
+            async def one(item: _Ready) -> None:
                 task = item.task
                 self.observer.task_started(task.question_id)
-                record = await self.answer(item, storing)
+                record = await self.answer(item)
                 del item
                 if record.status != AnswerStatus.OUT_OF_CONTEXT:
                     self.observer.call_finished(task.question_id, "model", record)
                 self.settle(group, task, record)
 
-            async def worker(pool: asyncio.TaskGroup) -> None:
-                # A worker sends its next request once the last one's outcome is in hand, while that
-                # outcome is still being stored (an fsync, ms to tens of ms here): waiting for the store
-                # held every wave back by its slowest disk write. At most one store is left behind.
-                behind: asyncio.Task | None = None
+            async def worker() -> None:
                 while (item := await ready.get()) is not None:  # each task is taken by exactly one worker
                     if self.stop.is_set():
                         return
                     if item.error is not None:
                         raise item.error
-                    stored_next = asyncio.Event()
-                    current = pool.create_task(one(item, stored_next.set))
+                    await one(item)
                     del item
-                    waiting = asyncio.ensure_future(stored_next.wait())
-                    try:
-                        await asyncio.wait((current, waiting), return_when=asyncio.FIRST_COMPLETED)
-                    finally:
-                        waiting.cancel()
-                    if behind is not None:
-                        await behind
-                    behind = None if current.done() else current
 
             preparer = asyncio.create_task(self.prepare_all(ready, workers))
             try:
                 async with asyncio.TaskGroup() as pool:
                     for _ in range(workers):
-                        pool.create_task(worker(pool))
+                        pool.create_task(worker())
             finally:
                 preparer.cancel()  # stopped (or failed) workers leave it waiting for room in the queue
 
