@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from conftest import make_task, write_release  # noqa: E402
-from loopback import Call, LoopbackServer, Reply, chat_stream  # noqa: E402
+from servers.loopback import Call, LoopbackServer, Reply, chat_stream  # noqa: E402
 
 KEY_ENV = "WILDTRACE_BENCH_KEY"
 ANSWER = "The seal was worn and the pump failed at 03:14."

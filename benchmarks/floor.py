@@ -9,7 +9,7 @@ connections as a run does:
 
 - ``raw``: asyncio's own streams and a few lines of HTTP/1.1 — what this machine allows;
 - ``httpx``: one httpx client with its own pool of C connections, made as wildtrace's endpoints
-  make theirs (runtime/client.py), C workers sending through it — the floor of the HTTP stack
+  make theirs (runtime/net/client.py), C workers sending through it — the floor of the HTTP stack
   wildtrace is built on;
 - ``wildtrace``: the whole ``run()`` of throughput.py, answers only.
 
@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from throughput import DOCUMENT, endpoint, measure
 from wildtrace.core.prompts import answer_prompt
-from wildtrace.runtime.client import make_client
+from wildtrace.runtime.net.client import make_client
 
 
 def body(i: int) -> bytes:

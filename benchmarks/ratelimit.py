@@ -33,13 +33,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from loopback import Call, LoopbackServer, Reply  # noqa: E402
+from servers.loopback import Call, LoopbackServer, Reply  # noqa: E402
 
 from wildtrace.providers.base import EndpointSpec, Sampling  # noqa: E402
 from wildtrace.providers.registry import make_provider  # noqa: E402
-from wildtrace.runtime.http import Endpoint  # noqa: E402
-from wildtrace.runtime.ratelimit import Cost, estimate_tokens  # noqa: E402
-from wildtrace.runtime.retry import RetryPolicy  # noqa: E402
+from wildtrace.runtime.net.endpoint import Endpoint  # noqa: E402
+from wildtrace.runtime.net.ratelimit import Cost, estimate_tokens  # noqa: E402
+from wildtrace.runtime.net.retry import RetryPolicy  # noqa: E402
 
 PROMPTS_A_WINDOW = 10
 PROMPT_CHARS = 3300  # ~1,000 tokens by the spec's 3.3 characters a token

@@ -2,7 +2,7 @@
 
 Generates (once, cached by seed) a synthetic release shaped like strict481 — 481 tasks
 over 214 documents, about 230 MB, English and Chinese, lengths spread like the release's
-``doc_token_estimate`` (see synthetic.py) — then runs ``wildtrace.runtime.run.run`` with
+``doc_token_estimate`` (see synthetic.py) — then runs ``wildtrace.runtime.run.execute.run`` with
 MLflow on (a SQLite store in a temporary root) and the cache on, against a loopback
 OpenAI-compatible endpoint in its own process: the model (qwen3-max's caps, so some
 tasks are out of context) and three judges on the same server by route. Then it runs the
@@ -65,7 +65,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # The worktree's package first (an editable install elsewhere must not be what is measured).
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
 
-from loopback import Call, LoopbackServer, Reply, chat  # noqa: E402
+from servers.loopback import Call, LoopbackServer, Reply, chat  # noqa: E402
 from synthetic import Release, ReleaseShape, ensure_release  # noqa: E402
 from wildtrace.core.records import LogStatus  # noqa: E402
 
@@ -265,7 +265,7 @@ def worker(spec_path: Path) -> None:
 
     from wildtrace.app import observer_for
     from wildtrace.memory import return_large_buffers
-    from wildtrace.runtime.run import run
+    from wildtrace.runtime.run.execute import run
 
     return_large_buffers()  # as the entry point's job does
     spec = json.loads(spec_path.read_text())

@@ -1,5 +1,5 @@
 """What a six-call sweep pays for its input, against loopback servers that cache prompts as OpenAI,
-Anthropic and Gemini document it (tests/prefix_cache.py).
+Anthropic and Gemini document it (tests/servers/prefix_cache.py).
 
 Runs ``python -m wildtrace -m decoding.temperature=0.1,0.4,0.7 decoding.replicate=0,1`` (six calls a
 task, Hydra's jobs one after another) once per provider shape, and prints the input billed over the six
@@ -25,8 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from conftest import make_task, write_release  # noqa: E402
-from loopback import LoopbackServer  # noqa: E402
-from prefix_cache import PrefixCache  # noqa: E402
+from servers.loopback import LoopbackServer  # noqa: E402
+from servers.prefix_cache import PrefixCache  # noqa: E402
 
 KEY_ENV = "WILDTRACE_TEST_KEY"
 SWEEP = ["decoding.temperature=0.1,0.4,0.7", "decoding.replicate=0,1"]

@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-import pg  # noqa: E402  (tests/pg.py: the PostgreSQL and mlflow server the tests start)
+from servers import pg  # noqa: E402  (tests/servers/pg.py: the PostgreSQL and mlflow server the tests start)
 
 EXPERIMENT = "absorb"
 

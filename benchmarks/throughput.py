@@ -30,8 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from conftest import make_task, openai_judge, settings, write_release  # noqa: E402
-from loopback import Call, LoopbackServer, Reply, chat  # noqa: E402
-from wildtrace.runtime.run import run  # noqa: E402
+from servers.loopback import Call, LoopbackServer, Reply, chat  # noqa: E402
+from wildtrace.runtime.run.execute import run  # noqa: E402
 
 KEY_ENV = "WILDTRACE_TEST_KEY"
 #: Every task's document (floor.py's bare clients send the same prompt).

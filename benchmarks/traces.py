@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "tracking")]
 
 from test_tracking_traces import fresh_store, tasks  # noqa: E402
 from wildtrace.tracking.traces import BATCH, build_trace, start_traces, tracing_client  # noqa: E402

@@ -1,9 +1,9 @@
 """Write docs/reference/configuration-reference.md from the structured-config schemas' own documentation.
 
-Every schema in ``wildtrace/config.py`` documents its fields with ``#:`` comments above them
+Every schema in ``wildtrace/config/__init__.py`` documents its fields with ``#:`` comments above them
 (the Sphinx convention); this reads them with ``ast`` and the source lines, so the reference
 says exactly what the code says. ``--check`` exits 1 when the committed page is stale or a
-field has no documentation (tests/test_docs.py runs it).
+field has no documentation (tests/e2e/test_docs.py runs it).
 
     python scripts/config_reference.py            # rewrite the page
     python scripts/config_reference.py --check    # is it current?
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCE = ROOT / "wildtrace" / "config.py"
+SOURCE = ROOT / "wildtrace" / "config" / "__init__.py"
 #: Schemas the config uses from the core, by file: the one type of an idea lives where the spec does.
 CORE_SCHEMAS = {ROOT / "wildtrace" / "core" / "caps.py": ("Caps",)}
 PAGE = ROOT / "docs" / "reference" / "configuration-reference.md"
@@ -82,14 +82,14 @@ def schemas(source: Path = SOURCE) -> list[Schema]:
 
 
 def all_schemas() -> list[Schema]:
-    """The core's schemas the config uses, then every schema of wildtrace/config.py."""
+    """The core's schemas the config uses, then every schema of wildtrace/config/__init__.py."""
     core = [s for path, names in CORE_SCHEMAS.items() for s in schemas(path) if s.name in names]
     return core + schemas()
 
 
 def render(found: list[Schema]) -> str:
     parts = ["# Configuration reference", "",
-             "Generated from the schemas in `wildtrace/config.py` (and `Caps` in `wildtrace/core/caps.py`) by "
+             "Generated from the schemas in `wildtrace/config/__init__.py` (and `Caps` in `wildtrace/core/caps.py`) by "
              "`python scripts/config_reference.py`; "
              "a test fails when it is stale. Each run's composed config is the root schema "
              "(`WildtraceConfig`); the groups (`model`, `judge_panel`, `decoding`, `dataset`, `access`) fill "

@@ -79,6 +79,6 @@ def endpoint_spec(provider: str = "openai", **overrides) -> EndpointSpec:
 def tracked_run(cfg: WildtraceConfig, **kwargs):
     """run() with the observer the entry point hands in (MLflow tracking when ``mlflow.enabled``)."""
     from wildtrace.app import observer_for
-    from wildtrace.runtime.run import run
+    from wildtrace.runtime.run.execute import run
 
     return run(cfg, observer=observer_for(cfg, kwargs.get("parent_run_id")), **kwargs)

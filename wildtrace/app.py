@@ -17,14 +17,14 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from wildtrace.config import ConfigError, DecodingConfig, WildtraceConfig, register, to_settings
-from wildtrace.config_check import (check_known_keys, check_launcher, check_override_names, check_override_secrets,
+from wildtrace.config.checks import (check_known_keys, check_launcher, check_override_names, check_override_secrets,
                                     check_overrides, check_reserved, check_retired, check_settings_secrets)
 from wildtrace.core.events import RunObserver
 from wildtrace.exitcodes import fail
-from wildtrace.panel_files import check_panel_drops
+from wildtrace.config.panel_files import check_panel_drops
 
 if TYPE_CHECKING:
-    from wildtrace.runtime.run import RunResult
+    from wildtrace.runtime.run.execute import RunResult
 
 register()
 
@@ -92,7 +92,7 @@ class RunDirCheck(Callback):
 
     @staticmethod
     def _check(config: DictConfig, key: str) -> None:
-        from wildtrace.runtime.cache import StorageError, check_writable
+        from wildtrace.runtime.store.cache import StorageError, check_writable
 
         folder = Path(str(OmegaConf.select(config, key))).absolute()
         MADE[:] = missing_folders(folder)
@@ -231,7 +231,7 @@ def observer_for(settings: WildtraceConfig, parent_run_id: str | None = None) ->
         if m.required:
             raise ConfigError(f"mlflow.tracking_uri: {exc} (mlflow.required=false runs unlogged, "
                               "mlflow.enabled=false without MLflow)") from None
-        from wildtrace.tracking.observer import UnloggedObserver
+        from wildtrace.tracking.runs.observer import UnloggedObserver
 
         discard_prestarted()
         text = str(exc)
@@ -243,8 +243,8 @@ def observer_for(settings: WildtraceConfig, parent_run_id: str | None = None) ->
 def name_command(settings: WildtraceConfig, overrides: list[str]) -> None:
     """Write ``command.json`` in the run folder before the first request: a folder whose process group is
     killed whole (Slurm, the OOM killer) still says what reruns it, from where (``wildtrace.upload`` prints it)."""
-    from wildtrace.runtime.cache import StorageError
-    from wildtrace.runtime.run import config_dict, resume_command
+    from wildtrace.runtime.store.cache import StorageError
+    from wildtrace.runtime.run.execute import config_dict, resume_command
     from wildtrace.tracking.rundir import COMMAND_FILE, write_command
 
     run_dir = Path(str(settings.out_dir))
@@ -294,10 +294,10 @@ def _job(dict_cfg: DictConfig) -> float | None:
 
     from wildtrace.core.tasks import DatasetError
     from wildtrace.memory import return_large_buffers
-    from wildtrace.runtime.cache import StorageError
-    from wildtrace.runtime.run import run
-    from wildtrace.runtime.secrets import MissingKeyError
-    from wildtrace.tracking.sweep import read_parent
+    from wildtrace.runtime.store.cache import StorageError
+    from wildtrace.runtime.run.execute import run
+    from wildtrace.runtime.net.secrets import MissingKeyError
+    from wildtrace.tracking.runs.sweep import read_parent
 
     return_large_buffers()  # here, not in main(): a sweep's jobs may run in worker processes of their own
     route_console_to_stderr()

@@ -3,7 +3,7 @@
 Takes the same overrides as a run (``model=…``, ``judge_panel=…``, ``access=gateway …``) and
 sends each endpoint of the run's stage one few-word prompt with the run's real settings.
 First, before any paid call, each endpoint's own model list is asked whether it holds the
-route (runtime/catalog.py; one line per endpoint): a route the list lacks, or lists as shut
+route (runtime/checks/catalog.py; one line per endpoint): a route the list lacks, or lists as shut
 down, fails the check and is not called; an endpoint without a list says "no model list".
 Then prints a table (endpoint, route, the model that answered, status, latency, whether
 temperature was accepted, the provider's message) and, beside it, the whole run's estimated
@@ -26,7 +26,7 @@ from hydra.core.hydra_config import HydraConfig
 
 from wildtrace.app import CONF_DIR, check_command_line, route_console_to_stderr, settings_of
 from wildtrace.config import ConfigError, WildtraceConfig, register
-from wildtrace.config_check import retired_problems
+from wildtrace.config.checks import retired_problems
 from wildtrace.exitcodes import ExitCode, error, fail
 
 register()
@@ -34,11 +34,11 @@ register()
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="check")
 def _check(dict_cfg: DictConfig) -> None:
-    from wildtrace.runtime import served
-    from wildtrace.runtime.preflight import listing_lines, model_lists, preflight, table
-    from wildtrace.runtime.plan import retry_policy, samplings, stage_specs
-    from wildtrace.runtime.run import key_needs
-    from wildtrace.runtime.secrets import MissingKeyError, install_log_filter, read_keys, redact
+    from wildtrace.runtime.net import served
+    from wildtrace.runtime.checks.preflight import listing_lines, model_lists, preflight, table
+    from wildtrace.runtime.run.plan import retry_policy, samplings, stage_specs
+    from wildtrace.runtime.run.execute import key_needs
+    from wildtrace.runtime.net.secrets import MissingKeyError, install_log_filter, read_keys, redact
 
     install_log_filter()
     # stdout: the listing and the table; logs and errors: stderr (docs/reference/entry-points.md)

@@ -34,7 +34,7 @@ from wildtrace.exitcodes import fail
 from wildtrace.config import ConfigError, WildtraceConfig, batch_labels, price_of, register
 from wildtrace.core.caps import CHARS_PER_TOKEN, tokens_of
 from wildtrace.core.cost import Billable, Price, exact_cost, in_tier, worst_cost
-from wildtrace.runtime.pipeline import PlannedCall
+from wildtrace.runtime.run.pipeline import PlannedCall
 
 register()
 
@@ -96,7 +96,7 @@ def price_calls(calls: Iterable[PlannedCall], prices: Mapping[str, Price | None]
 
 def estimate(cfg: WildtraceConfig) -> dict:
     """Plan the run as ``run`` would and price what it still has to send."""
-    from wildtrace.runtime.run import endpoint_configs, plan_run
+    from wildtrace.runtime.run.execute import endpoint_configs, plan_run
 
     plan, survey = plan_run(cfg)
     specs, configs, answer = plan.specs, endpoint_configs(cfg), plan.answer_sampling

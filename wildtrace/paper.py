@@ -6,7 +6,7 @@
 (also ``python -m wildtrace.paper eval|judge …``). ``config.json`` is read, checked and turned
 into Hydra overrides of ``conf/config.yaml`` (``model=custom model.route=… model.base_url=…
 model.api_key_env=API_KEY stage=answer …``, the judges as ``judge_panel.judges.<key>.*``), and
-the composed config goes through the same ``prepare`` and ``wildtrace.runtime.run.run`` as
+the composed config goes through the same ``prepare`` and ``wildtrace.runtime.run.execute.run`` as
 ``python -m wildtrace``: the same run directory, files, cache and MLflow run. One ``API_KEY``
 variable serves every endpoint, as in §6.
 """
@@ -26,12 +26,12 @@ from pathlib import Path
 from typing import Any, cast
 
 from wildtrace.config import JUDGE_KEY, ConfigError
-from wildtrace.config_check import RESERVED_JUDGE_KEYS, check_override_secrets
+from wildtrace.config.checks import RESERVED_JUDGE_KEYS, check_override_secrets
 from wildtrace.core.tasks import DatasetError
 from wildtrace.exitcodes import ArgumentParser, ExitCode, error
 from wildtrace.providers.registry import PROVIDERS
-from wildtrace.runtime.cache import StorageError
-from wildtrace.runtime.secrets import MissingKeyError
+from wildtrace.runtime.store.cache import StorageError
+from wildtrace.runtime.net.secrets import MissingKeyError
 from wildtrace.files import file_kind
 
 log = logging.getLogger("wildtrace.paper")
@@ -317,7 +317,7 @@ def table_row(model: str, conf_dir: Path) -> TableRow | None:
     """The conf/model file whose name or route is this model (dates and gateway prefixes aside), if any."""
     from omegaconf import DictConfig, OmegaConf
 
-    from wildtrace.config_check import model_identity
+    from wildtrace.config.checks import model_identity
 
     wanted = model_identity(model)
     for path in sorted((conf_dir / "model").glob("*.yaml")):
@@ -395,7 +395,7 @@ def run_step(config: Path, data: Path, corpus: Path, stage: str, responses: Path
     """One step: config.json → overrides → compose → prepare → run, in a run directory of its own."""
     from wildtrace.app import (CONF_DIR, discard_rejected, missing_folders, name_command, observer_for, prepare,
                                route_console_to_stderr, show_headline)
-    from wildtrace.runtime.run import run
+    from wildtrace.runtime.run.execute import run
 
     cfg = read_config(config)
     row = table_row(cfg.model, Path(CONF_DIR))
@@ -440,8 +440,8 @@ def check_paths(config: Path, data: Path, corpus: Path | None, out: Path, respon
     used to fail only after the run had paid for every answer.
     """
     from wildtrace.core.tasks import DatasetError
-    from wildtrace.runtime.cache import check_writable
-    from wildtrace.runtime.dataset import input_file, input_folder
+    from wildtrace.runtime.store.cache import check_writable
+    from wildtrace.runtime.store.dataset import input_file, input_folder
 
     try:
         input_file(config, "--config", "config file")

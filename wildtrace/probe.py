@@ -28,7 +28,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig
 
 from wildtrace.config import ConfigError, WildtraceConfig, register, to_settings
-from wildtrace.config_check import check_retired
+from wildtrace.config.checks import check_retired
 from wildtrace.core.caps import CHARS_PER_TOKEN
 from wildtrace.core.prompts import answer_prompt
 from wildtrace.core.records import CallResult, FailReason
@@ -181,8 +181,8 @@ async def _call(cfg: WildtraceConfig, provider: Provider, key: str | None, reque
 
     The only place the probe touches the runtime's HTTP layer, so it can be re-pointed.
     """
-    from wildtrace.runtime.cache import Cache
-    from wildtrace.runtime.plan import make_endpoint, retry_policy
+    from wildtrace.runtime.store.cache import Cache
+    from wildtrace.runtime.run.plan import make_endpoint, retry_policy
 
     # A probe must ask the endpoint every time: the cache is off (it reads and writes nothing).
     endpoint = make_endpoint(provider, key, retry_policy(cfg.retry), Cache(Path(cfg.cache.dir), enabled=False),
@@ -196,7 +196,7 @@ async def _call(cfg: WildtraceConfig, provider: Provider, key: str | None, reque
 def _fits_via_harness(cfg: ProbeRunConfig, key: str | None, language: str) -> Callable[[int], Awaitable[bool]]:
     from wildtrace.providers.base import Sampling
     from wildtrace.providers.registry import make_provider
-    from wildtrace.runtime.plan import model_spec
+    from wildtrace.runtime.run.plan import model_spec
 
     provider = make_provider(dataclasses.replace(model_spec(cfg), max_concurrency=1))  # one call at a time
     sampling = Sampling(cfg.decoding.temperature, cfg.probe.max_tokens)
@@ -254,7 +254,7 @@ def _confirm(settings: ProbeSettings, requests: int, tokens: int, ask: Callable[
 def _check_out(out: Path) -> None:
     """probe.out must be a file (or nothing yet) in a folder that takes writes; ProbeError naming it otherwise."""
     from wildtrace.files import file_kind
-    from wildtrace.runtime.cache import StorageError, check_writable
+    from wildtrace.runtime.store.cache import StorageError, check_writable
 
     kind = file_kind(out)
     if kind not in (None, "file"):
@@ -268,9 +268,9 @@ def _check_out(out: Path) -> None:
 def probe(cfg: ProbeRunConfig, ask: Callable[[str], str] = input) -> Path | None:
     """Run the probe and write the model file; None when the user declined. Raises ProbeError."""
     from wildtrace.app import CONF_DIR
-    from wildtrace.runtime.plan import model_spec
-    from wildtrace.runtime.run import key_needs
-    from wildtrace.runtime.secrets import read_keys
+    from wildtrace.runtime.run.plan import model_spec
+    from wildtrace.runtime.run.execute import key_needs
+    from wildtrace.runtime.net.secrets import read_keys
 
     p = cfg.probe
     out = Path(p.out) if p.out else Path(CONF_DIR) / "model" / f"{cfg.model.name}.yaml"
@@ -309,7 +309,7 @@ def _conf_dir() -> str:
 @hydra.main(version_base="1.3", config_path=_conf_dir(), config_name="probe")
 def _job(dict_cfg: DictConfig) -> None:
     from wildtrace.app import route_console_to_stderr
-    from wildtrace.runtime.secrets import MissingKeyError
+    from wildtrace.runtime.net.secrets import MissingKeyError
 
     route_console_to_stderr()  # stdout: the probe's own lines; errors and logs: stderr (docs/reference/entry-points.md)
     for noisy in ("httpx", "httpcore"):

@@ -69,7 +69,7 @@ def _hydra_command(run_dir: Path) -> str | None:
     """The rerun from Hydra's ``.hydra/overrides.yaml`` (folders from before ``command.json``), or None."""
     from omegaconf import OmegaConf
 
-    from wildtrace.runtime.run import resume_command
+    from wildtrace.runtime.run.execute import resume_command
 
     try:
         return resume_command([str(o) for o in OmegaConf.load(run_dir / ".hydra" / "overrides.yaml")])
@@ -80,7 +80,7 @@ def _hydra_command(run_dir: Path) -> str | None:
 def upload_one(run_dir: Path, tracking_uri: str | None, experiment: str | None, parent: str | None,
                force: bool) -> int:
     """Log one directory; 0 when logged (or already), 2 when it is no run directory, 3 when MLflow failed."""
-    from wildtrace.tracking.mlflow_logger import log_run_dir, read_marker, reason_of, read_run_dir
+    from wildtrace.tracking.runs.mlflow_logger import log_run_dir, read_marker, reason_of, read_run_dir
 
     marker = read_marker(run_dir)
     if killed_before_files(run_dir):

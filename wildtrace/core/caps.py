@@ -35,7 +35,7 @@ class CapKind(StrEnum):
 class Caps:
     """Context caps in characters (spec §3): en, and cjk for CJK documents.
 
-    The one caps type: the config schema's ``model.caps`` is this class (wildtrace/config.py),
+    The one caps type: the config schema's ``model.caps`` is this class (wildtrace/config/__init__.py),
     so it is a plain, mutable dataclass, as a structured config must be for overrides to apply.
     """
 

@@ -69,7 +69,7 @@ class TaskStatus(StrEnum):
 
 
 class Verdict(StrEnum):
-    """What runtime/retry.py's ``classify`` says of one attempt's outcome."""
+    """What runtime/net/retry.py's ``classify`` says of one attempt's outcome."""
 
     OK = "ok"  # a 2xx: nothing to retry
     RETRY = "retry"  # transient: try again after ``retry_hint`` or backoff

@@ -1,6 +1,6 @@
 """Task records: the release's JSON shape, validated once into typed objects.
 
-Parsing works on already-decoded JSON data so that it stays pure; runtime/dataset.py
+Parsing works on already-decoded JSON data so that it stays pure; runtime/store/dataset.py
 reads the files. Every problem names the file, the record and the field, because a
 benchmark run that dies on task 300 after paying for 299 answers is the failure to avoid.
 """

@@ -1,4 +1,4 @@
-"""Providers only build and parse wire formats; runtime/http.py does the calling.
+"""Providers only build and parse wire formats; runtime/net/endpoint.py does the calling.
 
 Retry, backoff, timeouts, the concurrency bound and the cache wrap every provider once,
 in one place, so adding a provider is one package (``providers/<name>/``: its class with a

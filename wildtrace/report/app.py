@@ -69,7 +69,7 @@ CONF_DIR = str(Path(__file__).resolve().parent.parent.parent / "conf")
 def make_report(cfg: ReportConfig, out_dir: Path) -> tuple[Report, str | None]:
     """Read, build, write (and log): the importable heart of the command. Returns (Report, MLflow run id)."""
     from wildtrace.report import render, sources
-    from wildtrace.report.stats import Bootstrap
+    from wildtrace.report.statistics.stats import Bootstrap
     from wildtrace.report.assemble import build
 
     r = cfg.report

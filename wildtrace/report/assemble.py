@@ -9,7 +9,7 @@ import pandas as pd
 
 from wildtrace.core import views
 from wildtrace.report import experiments
-from wildtrace.report.stats import DEFAULT_BOOTSTRAP, Bootstrap
+from wildtrace.report.statistics.stats import DEFAULT_BOOTSTRAP, Bootstrap
 from wildtrace.report.tables import (RunData, breakdowns, dedupe, group_runs, judge_agreement, judge_splits,
                                      languages, leaderboard, leaderboard_gaps, matched, noise_rows, provenance,
                                      replicates, with_judge_noise, with_replicate_drift)

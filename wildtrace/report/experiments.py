@@ -23,8 +23,8 @@ import numpy as np
 import pandas as pd
 
 from wildtrace.core.prompts import RESPONSE_LIMIT
-from wildtrace.report import stats
-from wildtrace.report.stats import DEFAULT_BOOTSTRAP, Bootstrap
+from wildtrace.report.statistics import stats
+from wildtrace.report.statistics.stats import DEFAULT_BOOTSTRAP, Bootstrap
 from wildtrace.report.labels import deviations
 from wildtrace.report.tables import (Group, RunData, _comparable_config, _pct, _sha, averaged, cost_columns, drift,
                                      gradings, universe)

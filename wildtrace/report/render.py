@@ -21,7 +21,7 @@ matplotlib.use("Agg")  # no display: plots are files
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from wildtrace.report.noise import interpretation
+from wildtrace.report.statistics.noise import interpretation
 from wildtrace.report.assemble import Report
 
 #: Section ids of report.html, in page order, with their headings.

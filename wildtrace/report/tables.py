@@ -22,9 +22,10 @@ import pandas as pd
 from wildtrace.core import frames, views
 from wildtrace.core.judging import ReplyReason
 from wildtrace.core.records import AnswerStatus, JudgmentStatus, TaskStatus
-from wildtrace.report import noise, stats
+from wildtrace.report.statistics import noise
+from wildtrace.report.statistics import stats
 from wildtrace.report.labels import RUN_SPECIFIC, label_groups
-from wildtrace.report.stats import DEFAULT_BOOTSTRAP, Bootstrap
+from wildtrace.report.statistics.stats import DEFAULT_BOOTSTRAP, Bootstrap
 
 
 

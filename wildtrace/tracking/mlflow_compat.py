@@ -18,7 +18,7 @@ tests on the lowest supported release and on the newest):
   resolve_env_metadata`` (source, user, git, as the tracer records them);
   ``mlflow.tracing.utils.default_log_level`` (from 3.14: the span's log level; left off
   when absent, as that release's tracer does); ``mlflow.tracing.constant``'s metadata
-  preview limit. ``tests/test_tracking_traces.py`` compares a trace built here with the
+  preview limit. ``tests/tracking/test_tracking_traces.py`` compares a trace built here with the
   tracer's own, attribute by attribute: a change in any of these fails there first.
 """
 

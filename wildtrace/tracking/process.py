@@ -49,7 +49,7 @@ from wildtrace.core.records import RunStatus
 from wildtrace.memory import return_large_buffers
 
 if TYPE_CHECKING:
-    from wildtrace.tracking.observer import MlflowObserver
+    from wildtrace.tracking.runs.observer import MlflowObserver
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ class ProcessObserver(RunObserver):
             self.process, sender, receiver = take_prestarted() or _spawn()
         except OSError as exc:
             log.warning("MLflow: could not start the logging process (%s); logging from this process", exc)
-            from wildtrace.tracking.observer import MlflowObserver as InProcess
+            from wildtrace.tracking.runs.observer import MlflowObserver as InProcess
 
             self.fallback = InProcess(**self._kwargs)
             return
@@ -282,7 +282,7 @@ def _receive_loop(conn: Connection, shared: _Shared) -> None:
 def _mark_not_logged(out_dir: Path, parent_run_id: str | None, reason: str) -> None:
     """``mlflow.json`` says not_logged with the reason, keeping the MLflow run the child had made."""
     from wildtrace.core.records import LogStatus
-    from wildtrace.tracking.mlflow_logger import MARKER, read_marker, say_not_logged
+    from wildtrace.tracking.runs.mlflow_logger import MARKER, read_marker, say_not_logged
     from wildtrace.files import write_json
 
     marker = read_marker(out_dir)
@@ -352,7 +352,7 @@ def child_main(in_fd: int, out_fd: int) -> int:
     except (EOFError, OSError):
         return 0  # the run ended before it started (or never wanted MLflow)
     root.setLevel(level)
-    from wildtrace.tracking.observer import MlflowObserver
+    from wildtrace.tracking.runs.observer import MlflowObserver
 
     observer = MlflowObserver(**kwargs)
     observer.open_early()

@@ -22,7 +22,7 @@ from wildtrace.core.caps import CapKind
 from wildtrace.core.records import AnswerRecord, AnswerStatus, RunStatus, TaskStatus
 from wildtrace.files import write_json
 from wildtrace.tracking import readable
-from wildtrace.tracking.parent import SWEEP_KEYS_TAG, SWEEP_TAG, SWEPT_PREFIX
+from wildtrace.tracking.runs.parent import SWEEP_KEYS_TAG, SWEEP_TAG, SWEPT_PREFIX
 
 #: What names the command a run folder belongs to (its rerun, where it ran, its resolved settings):
 #: written before the run's first request, so a folder killed whole can still be finished.

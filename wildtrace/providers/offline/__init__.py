@@ -1,7 +1,7 @@
 """The offline provider: OpenAI's wire format answered in-process, in one package.
 
 - ``wire``: ``OfflineProvider``: the routes, the seeded answers and its facts (local: no key,
-  no model list, no batch format; runtime/http.py calls ``answer_locally`` over an in-process
+  no model list, no batch format; runtime/net/endpoint.py calls ``answer_locally`` over an in-process
   transport).
 """
 

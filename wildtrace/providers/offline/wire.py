@@ -3,7 +3,7 @@
 Routes: ``extractive-bm25`` (the baseline model), ``lexical-judge`` (the default panel's
 deterministic judge) and the offline panel's three judges of different strictness
 (``lexical-judge-lenient``, ``-balanced``, ``-strict``). The request still goes through
-runtime/http.py — over an in-process transport instead of a socket — so the offline
+runtime/net/endpoint.py — over an in-process transport instead of a socket — so the offline
 default exercises the same path as a paid run: request body, retry layer, cache and
 response parser.
 

@@ -24,9 +24,9 @@ import httpx
 from wildtrace.core.jsonsafe import decode_json
 from wildtrace.core.records import Verdict
 from wildtrace.providers.batch import CONTROL_LIMIT, BatchError, Item, Piece
-from wildtrace.runtime.client import make_client
-from wildtrace.runtime.retry import RetryPolicy, classify, retry_hint
-from wildtrace.runtime.secrets import redact
+from wildtrace.runtime.net.client import make_client
+from wildtrace.runtime.net.retry import RetryPolicy, classify, retry_hint
+from wildtrace.runtime.net.secrets import redact
 
 #: Bytes a results line may hold beyond the response body itself (ids, status, headers).
 LINE_OVERHEAD = 64 << 10

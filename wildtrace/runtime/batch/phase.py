@@ -28,11 +28,11 @@ from wildtrace.runtime.batch.base import LINE_OVERHEAD, Control
 from wildtrace.runtime.batch.ledger import Ledger
 from wildtrace.runtime.batch.runner import Runner, Want
 from wildtrace.runtime.batch.spend import send_capped
-from wildtrace.runtime.budget import Ledger as Budget
-from wildtrace.runtime.budget import Ticket
-from wildtrace.runtime.call import interpret
-from wildtrace.runtime.http import Endpoint, Prepared
-from wildtrace.runtime.served import enforce
+from wildtrace.runtime.spend.cap import Ledger as Budget
+from wildtrace.runtime.spend.cap import Ticket
+from wildtrace.runtime.net.call import interpret
+from wildtrace.runtime.net.endpoint import Endpoint, Prepared
+from wildtrace.runtime.net.served import enforce
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +176,7 @@ async def _answers(plan: Any, prepare: Callable[[Task], Any], stop: asyncio.Even
 
 
 def _in_scope(plan: Any, task: Task) -> bool:
-    return plan.decisions[task.question_id].in_scope  # made once, by the plan (runtime/plan.py)
+    return plan.decisions[task.question_id].in_scope  # made once, by the plan (runtime/run/plan.py)
 
 
 def _model_url(plan: Any) -> str:

@@ -32,14 +32,14 @@ from wildtrace.core.records import CallResult, FailReason, Usage
 from wildtrace.providers.batch import BatchAPI, BatchError, Item, Line, Status
 from wildtrace.runtime.batch.base import LINE_OVERHEAD
 from wildtrace.runtime.batch.ledger import BatchRecord, BatchState, Ledger
-from wildtrace.runtime.budget import Ledger as Budget
-from wildtrace.runtime.budget import Ticket
-from wildtrace.runtime.attempt import Attempt
-from wildtrace.runtime.call import interpret
-from wildtrace.runtime.http import Endpoint, is_storable
+from wildtrace.runtime.spend.cap import Ledger as Budget
+from wildtrace.runtime.spend.cap import Ticket
+from wildtrace.runtime.net.attempt import Attempt
+from wildtrace.runtime.net.call import interpret
+from wildtrace.runtime.net.endpoint import Endpoint, is_storable
 from wildtrace.core.records import Verdict
-from wildtrace.runtime.retry import classify
-from wildtrace.runtime.secrets import redact
+from wildtrace.runtime.net.retry import classify
+from wildtrace.runtime.net.secrets import redact
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The spend cap in batch mode: every item's worst case is reserved before it goes into a batch.
 
-An item's ticket is the one a synchronous call of the same request takes (runtime/budget.py:
+An item's ticket is the one a synchronous call of the same request takes (runtime/spend/cap.py:
 one token per byte of body in, ``max_tokens`` out, at tier prices), priced at the batch
 discount (``batched=True``). It is reserved before the batch that carries it is created, so
 the items of a pending batch hold their worst cases exactly as calls in flight do, and
@@ -30,9 +30,9 @@ from fractions import Fraction
 
 from wildtrace.runtime.batch.ledger import BatchRecord
 from wildtrace.runtime.batch.runner import Want
-from wildtrace.runtime.budget import Ledger as Budget
-from wildtrace.runtime.budget import Ticket
-from wildtrace.runtime.http import Endpoint
+from wildtrace.runtime.spend.cap import Ledger as Budget
+from wildtrace.runtime.spend.cap import Ticket
+from wildtrace.runtime.net.endpoint import Endpoint
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,422 @@
+"""An endpoint's pacing at its rate limit: a token budget per window, and concurrency that recovers.
+
+One ``AdaptiveLimit`` per endpoint. Every HTTP attempt (first try or retry) does
+``grant = await limit.acquire(cost)`` before it is sent, ``limit.observe(grant, status, headers)``
+when its status and headers arrive (a streamed answer's come first), and
+``limit.release(grant, status, headers)`` when it ends, whatever the outcome.
+
+- **Budget headers pace the sends.** OpenAI's ``x-ratelimit-*`` (and LiteLLM's ``llm_provider-``
+  relay) and Anthropic's ``anthropic-ratelimit-*`` say how many tokens and requests are left and
+  when the window is whole again. Each window is a token bucket on the limiter's side: an attempt
+  costs its estimated prompt tokens (``Cost``; OpenAI's ``tokens`` also count ``max_tokens``, as
+  OpenAI counts it when a request arrives; Anthropic's input and output windows are separate), it
+  waits until what is left covers it, and sends are spread at the window's rate (its size over the
+  longest reset it reported: the window is learned, not assumed). What is left is the provider's
+  latest figure less what this limiter sent since, so several jobs on one key pace on the
+  provider's count. Known budgets never halve the concurrency.
+- **The first answer is waited for.** Until an endpoint's first answer arrives (its status and
+  headers: a stream's come at its first byte, before its body), one attempt goes alone: what the
+  headers say paces the rest, instead of a first burst of ``max_concurrency`` sent blind. The wait
+  ends with that first answer's head (or its end, if it fails before one), headers or not, so an
+  endpoint that sends none waits one first byte, not one call per call. In-process answerers are
+  not probed.
+- **A burst of 429s is one throttle.** Attempts sent before a throttle was seen answer 429 together;
+  only a 429 for an attempt sent after it is a new throttle. A throttle pauses the endpoint for the
+  server's hint (else for the budget's reset, else for a pause that doubles with each throttle in
+  a row) and, where no budget is known, halves the concurrency; successes add it back.
+
+Attempts are served first come, first served, so a big prompt is never starved by small ones;
+one larger than a whole window goes alone once it is fresh. Header reading (``read_budget``,
+``parse_go_duration``) is pure and never raises.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import datetime
+import math
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from wildtrace.runtime.net.retry import lower_headers, retry_hint
+
+#: The spec's rough sizes: ~3.3 characters a token in English, ~1.5 in Chinese.
+CHARS_PER_TOKEN_EN = 3.3
+CHARS_PER_TOKEN_CJK = 1.5
+
+#: The windows read from the headers. OpenAI's ``tokens`` counts a request's prompt and its
+#: ``max_tokens``; Anthropic limits ``input-tokens`` and ``output-tokens`` separately (its output
+#: window counts ``max_tokens`` when a request starts), and its ``tokens`` is the most restrictive
+#: of the two, read only when they are not sent.
+_OPENAI = ("tokens", "requests")
+_ANTHROPIC = ("input-tokens", "output-tokens", "requests", "tokens")
+
+_GO_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
+_GO_UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_MAX_RESET_S = 86_400.0
+#: Attempts remembered for taking a late figure's count forward (far more than are ever in flight).
+SENT_KEPT = 4096
+#: However much other jobs take, a job's sends are spread at no less than this share of a window's rate.
+MIN_SHARE = 1 / 16
+
+
+def estimate_tokens(prompt_chars: int, cjk: bool) -> int:
+    """Tokens a prompt of ``prompt_chars`` characters costs, by the spec's rough sizes."""
+    per_token = CHARS_PER_TOKEN_CJK if cjk else CHARS_PER_TOKEN_EN
+    return max(1, math.ceil(max(0, prompt_chars) / per_token))
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What one attempt counts against an endpoint's rate limits."""
+
+    input_tokens: int = 0  #: the prompt's estimated tokens
+    output_tokens: int = 0  #: the request's ``max_tokens`` (counted when it arrives)
+
+    def against(self, window: str) -> int:
+        """The units this attempt takes from a window (``read_budget``'s names)."""
+        if window == "requests":
+            return 1
+        if window == "input-tokens":
+            return self.input_tokens
+        if window == "output-tokens":
+            return self.output_tokens
+        return self.input_tokens + self.output_tokens
+
+
+@dataclass(frozen=True)
+class Window:
+    """One budget a response reported: how much, how much is left, and when it is whole again."""
+
+    limit: float | None  #: the window's size (tokens or requests), if stated
+    remaining: float | None  #: what is left now, if stated
+    reset_in: float | None  #: seconds until the window is whole again, if stated
+
+
+def parse_go_duration(value: str | None) -> float | None:
+    """OpenAI's reset durations ("6m0s", "1s", "20ms", "1h2m3.5s") as seconds; None if malformed."""
+    if not value or len(value) > 64:
+        return None
+    text = value.strip()
+    if not text or _GO_PART.sub("", text) != "":
+        return None
+    total = sum(float(n) * _GO_UNIT[u] for n, u in _GO_PART.findall(text))
+    return total if math.isfinite(total) and total <= _MAX_RESET_S else None
+
+
+def _count(value: str | None) -> float | None:
+    if value is None or len(value) > 24:
+        return None
+    text = value.strip()
+    if not re.fullmatch(r"\d+(?:\.\d+)?", text):
+        return None  # negatives (Azure's -1 "not applicable") and garbage mean "unknown"
+    return float(text)
+
+
+def _rfc3339_in(value: str | None, wall_now: float) -> float | None:
+    """Seconds from ``wall_now`` until an RFC 3339 time (Anthropic's resets); None if unreadable."""
+    if not value or len(value) > 64:
+        return None
+    try:
+        when = datetime.datetime.fromisoformat(value.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
+    seconds = when.timestamp() - wall_now
+    return min(max(0.0, seconds), _MAX_RESET_S) if math.isfinite(seconds) else None
+
+
+def _reset_in(value: str | None, wall_now: float) -> float | None:
+    """A reset as a Go duration, plain seconds, epoch seconds (a gateway's) or an RFC 3339 time."""
+    seconds = parse_go_duration(value)
+    if seconds is not None:
+        return seconds
+    number = _count(value)
+    if number is not None:
+        if number > 1e9:  # an epoch time, not a duration
+            return min(max(0.0, number - wall_now), _MAX_RESET_S)
+        return number if number <= _MAX_RESET_S else None
+    return _rfc3339_in(value, wall_now)
+
+
+def _window(h: Mapping[str, str], limit: str, remaining: str, reset: str, wall_now: float) -> Window | None:
+    window = Window(_count(h.get(limit)), _count(h.get(remaining)), _reset_in(h.get(reset), wall_now))
+    return window if window.remaining is not None else None
+
+
+def read_budget(headers: Mapping[str, str], wall_now: float | None = None) -> dict[str, Window]:
+    """The budget windows a response's headers report, by name (``tokens``, ``input-tokens``,
+    ``output-tokens``, ``requests``). Anthropic's first, then OpenAI's, then LiteLLM's relayed ones."""
+    now = time.time() if wall_now is None else wall_now
+    h = lower_headers(headers)
+    found: dict[str, Window] = {}
+    for name in _ANTHROPIC:
+        prefix = f"anthropic-ratelimit-{name}-"
+        window = _window(h, prefix + "limit", prefix + "remaining", prefix + "reset", now)
+        if window is not None and not (name == "tokens" and ("input-tokens" in found or "output-tokens" in found)):
+            found[name] = window
+    for relay in ("", "llm_provider-"):
+        for name in _OPENAI:
+            window = _window(h, f"{relay}x-ratelimit-limit-{name}", f"{relay}x-ratelimit-remaining-{name}",
+                             f"{relay}x-ratelimit-reset-{name}", now)
+            if window is not None:
+                found.setdefault(name, window)
+    return found
+
+
+@dataclass
+class _Budget:
+    """What the limiter believes of one window, on its own clock."""
+
+    limit: float | None = None  #: the window's size, once stated
+    remaining: float | None = None  #: left now: the provider's latest figure less what was sent since
+    reset_at: float | None = None  #: when it is whole again; None when as full as it gets
+    window_s: float | None = None  #: the longest reset it reported: the window's length, as learned
+    grant: int = -1  #: the attempt whose answer gave ``remaining``
+    figure: float | None = None  #: that answer's own figure, and when it came
+    figure_at: float = -math.inf
+    others: float = 0.0  #: what the figures fell by beyond this job's sends (other jobs on the key) …
+    others_s: float = 0.0  #: … over this many seconds (both halved as they pass two windows)
+    refill: float = 0.0  #: tokens a second it refills at, once a figure rose between resets (a bucket)
+    next_at: float = -math.inf  #: sends are spread at this job's share of the rate: the next not before this
+
+    def roll(self, now: float, last_sent: int) -> None:
+        """A window past its reset is whole again (or unknown, if its size never was stated): as if
+        the provider had said so just then, after the attempt ``last_sent``."""
+        if self.reset_at is not None and now >= self.reset_at:
+            self.figure, self.figure_at, self.grant = self.limit, self.reset_at, last_sent
+            self.remaining, self.reset_at = self.limit, None
+
+    def others_rate(self) -> float:
+        """What other jobs on the key take a second, as the figures show."""
+        return max(0.0, self.others) / max(self.others_s, self.window_s or 0.0) if self.others_s else 0.0
+
+    def room(self, now: float) -> float | None:
+        """What is left for this job now: ``remaining`` less what other jobs took since the last figure."""
+        if self.remaining is None:
+            return None
+        since = max(0.0, now - self.figure_at)
+        room = self.remaining - self.others_rate() * since
+        return min(self.limit, room + self.refill * since) if self.refill and self.limit else room
+
+    def spread(self, need: int, now: float) -> None:
+        """Take ``need`` from what is left, and hold the next send for its share of the window."""
+        if self.remaining is not None:
+            self.remaining -= need
+        if self.limit and self.window_s:
+            rate = self.limit / self.window_s
+            share = max(rate - self.others_rate(), rate * MIN_SHARE)
+            self.next_at = max(self.next_at, now) + need / share
+
+    def learn(self, figure: float, own: float, now: float, reset_in: float | None) -> None:
+        """A newer figure in the same window: what fell beyond this job's own sends was other jobs';
+        what rose was refilled (a bucket: it refills at what is missing over the time to full)."""
+        rate = (self.limit - figure) / reset_in if self.limit and reset_in and figure < self.limit else 0.0
+        if self.figure is not None and (self.reset_at is None or now < self.reset_at):
+            rose, since = figure - (self.figure - own), now - self.figure_at
+            # An answer reordered on the way in looks like a rise too: a refill is about as large as the rate says.
+            if rate and (self.refill or rate * since / 2 <= rose <= 2 * rate * since):
+                self.refill = rate
+            # Signed: answers reordered on the way in count once too many here and once too few later.
+            self.others -= rose - self.refill * since
+            self.others_s += now - self.figure_at
+            if self.window_s and self.others_s > 2 * self.window_s:
+                self.others, self.others_s = self.others / 2, self.others_s / 2
+        self.figure, self.figure_at = figure, now
+
+
+@dataclass
+class Grant:
+    """One attempt let through: what it costs and when, in order (``AdaptiveLimit.acquire``)."""
+
+    seq: int  #: the order it was let through in
+    cost: Cost
+    observed: bool = False  #: its status and headers were learned from (``AdaptiveLimit.observe``)
+
+
+class AdaptiveLimit:
+    """One endpoint's pacing at its rate limit and its concurrency (see the module docstring)."""
+
+    def __init__(
+        self,
+        max_concurrency: int,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+        increase_after: int = 4,
+        pause_base_s: float = 0.5,
+        pause_max_s: float = 60.0,
+        probe: bool = True,
+    ) -> None:
+        """``clock`` schedules (monotonic); ``wall`` reads absolute reset times (epoch seconds).
+        ``pause_base_s`` is the first pause after a throttle that says nothing of when to come back;
+        ``probe``: the first attempt goes alone until its answer's head arrives."""
+        if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int) or max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be an integer >= 1, got {max_concurrency!r}")
+        self.max_concurrency = max_concurrency
+        self._clock, self._wall = clock, wall
+        self._increase_after = max(1, increase_after)
+        self._pause_base_s, self._pause_max_s = pause_base_s, pause_max_s
+        self._limit = max_concurrency
+        self._in_flight = 0
+        self._successes = 0
+        self._seq = 0
+        self._throttle_mark = 0  # grants from here on were let through after the last throttle was seen
+        self._throttles_in_a_row = 0
+        self._paused_until = -math.inf
+        self._probing = probe  # no answer seen yet: one attempt at a time
+        self._budgets: dict[str, _Budget] = {}
+        #: Attempts let through since the oldest figure in use (the first figure may answer any of them).
+        self._sent: collections.deque[Grant] = collections.deque(maxlen=SENT_KEPT)
+        self._queue: collections.deque[object] = collections.deque()
+        self._waiters: list[asyncio.Future[None]] = []
+        self.throttled = 0  #: 429/529 answers seen (for run stats)
+        self.throttles = 0  #: of which new throttles (a burst counts once)
+
+    @property
+    def limit(self) -> int:
+        """The current concurrency limit (for the progress line)."""
+        return self._limit
+
+    @property
+    def in_flight(self) -> int:
+        """Attempts let through and not yet released."""
+        return self._in_flight
+
+    # -- deciding ---------------------------------------------------------------------
+
+    def delay_for(self, cost: Cost) -> float | None:
+        """Seconds until an attempt of ``cost`` may start: 0.0 now, None when it must wait for
+        an attempt in flight to end (a concurrency slot, or a window it is larger than)."""
+        now = self._clock()
+        for budget in self._budgets.values():
+            budget.roll(now, self._seq - 1)
+        if now < self._paused_until:
+            return self._paused_until - now
+        if self._in_flight >= self._limit or (self._probing and self._in_flight > 0):
+            return None
+        waits = [0.0]
+        for name, budget in self._budgets.items():
+            need = cost.against(name)
+            if need <= 0:
+                continue
+            waits.append(budget.next_at - now)
+            room = budget.room(now)
+            if room is None or need <= room:
+                continue
+            if budget.refill:
+                waits.append((need - room) / budget.refill)
+            elif budget.reset_at is not None:
+                waits.append(budget.reset_at - now)
+            elif self._in_flight > 0:
+                return None  # larger than what the window holds: it goes alone
+        return max(waits)
+
+    def _grant(self, cost: Cost) -> Grant:
+        now = self._clock()
+        self._in_flight += 1
+        grant = Grant(self._seq, cost)
+        self._seq += 1
+        for name, budget in self._budgets.items():
+            budget.spread(cost.against(name), now)
+        self._sent.append(grant)
+        return grant
+
+    def _wake(self) -> None:
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._waiters.clear()
+
+    async def acquire(self, cost: Cost) -> Grant:
+        """Wait until under the concurrency limit and the known budgets allow ``cost`` now."""
+        ticket = object()
+        self._queue.append(ticket)
+        try:
+            while True:
+                wait = self.delay_for(cost) if self._queue[0] is ticket else None
+                if wait == 0.0:
+                    self._queue.popleft()
+                    return self._grant(cost)
+                waiter = asyncio.get_running_loop().create_future()
+                self._waiters.append(waiter)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(waiter, timeout=wait)
+        except BaseException:
+            if ticket in self._queue:
+                self._queue.remove(ticket)
+            raise
+        finally:
+            self._wake()  # the next in line re-checks
+
+    # -- learning ---------------------------------------------------------------------
+
+    def observe(self, grant: Grant, status: int, headers: Mapping[str, str]) -> None:
+        """An answer's status and headers as they arrive (a stream's, before its body): a 2xx's
+        budget headers pace the next sends at once (and end the first answer's wait). Anything else
+        is learned at ``release``, its body read."""
+        if 200 <= status < 300 and not grant.observed:
+            grant.observed = True
+            self._probing = False
+            self._absorb(grant, read_budget(headers, self._wall()), self._clock())
+            self._succeed()
+            self._wake()
+
+    def release(self, grant: Grant, status: int | None, headers: Mapping[str, str], payload: object = None) -> None:
+        """After each attempt, any outcome: learn from the status, budget headers and retry hint."""
+        now = self._clock()
+        self._in_flight = max(0, self._in_flight - 1)
+        self._probing = False
+        if not grant.observed:
+            self._absorb(grant, read_budget(headers, self._wall()), now)
+        if status in (429, 529):
+            self._throttle(grant, now, retry_hint(headers, payload, self._wall()))
+        elif status is not None and 200 <= status < 300 and not grant.observed:
+            self._succeed()
+        grant.observed = True
+        self._wake()
+
+    def _absorb(self, grant: Grant, windows: Mapping[str, Window], now: float) -> None:
+        """The provider's figures, as of the attempt they answer: what was sent after it is taken off."""
+        for name, window in windows.items():
+            budget = self._budgets.setdefault(name, _Budget())
+            budget.limit = window.limit if window.limit is not None else budget.limit
+            if window.reset_in is not None and window.reset_in > 0:
+                budget.window_s = max(budget.window_s or 0.0, window.reset_in)
+            if grant.seq < budget.grant or window.remaining is None:
+                continue  # answers come back out of order: a later attempt's figure is newer
+            budget.learn(window.remaining, sum(g.cost.against(name) for g in self._sent
+                                               if budget.grant < g.seq <= grant.seq), now, window.reset_in)
+            budget.grant = grant.seq
+            budget.remaining = window.remaining - sum(g.cost.against(name) for g in self._sent if g.seq > grant.seq)
+            budget.reset_at = now + window.reset_in if window.reset_in else None
+        oldest = min((b.grant for b in self._budgets.values()), default=-1)
+        while self._sent and self._sent[0].seq <= oldest:
+            self._sent.popleft()
+
+    def _throttle(self, grant: Grant, now: float, hint: float | None) -> None:
+        self.throttled += 1
+        if grant.seq < self._throttle_mark:
+            return  # let through before the last throttle was seen: the same burst
+        self.throttles += 1
+        self._throttle_mark = self._seq
+        self._throttles_in_a_row += 1
+        self._successes = 0
+        if not self._budgets:  # nothing paces the sends: fewer at once
+            self._limit = max(1, self._limit // 2)
+        if hint is None and not self._budgets:
+            hint = self._pause_base_s * 2 ** min(self._throttles_in_a_row - 1, 30)
+        if hint is not None:
+            self._paused_until = max(self._paused_until, now + min(hint, self._pause_max_s))
+
+    def _succeed(self) -> None:
+        self._throttles_in_a_row = 0
+        self._successes += 1
+        if self._successes >= self._increase_after and self._limit < self.max_concurrency:
+            self._limit += 1
+            self._successes = 0
