@@ -223,7 +223,9 @@ class _Budget:
             if rate and (self.refill or rate * since / 2 <= rose <= 2 * rate * since):
                 self.refill = rate
             # Signed: answers reordered on the way in count once too many here and once too few later.
-            self.others -= rose - self.refill * since
+            # A bucket refills no further than full: a smaller rise than the rate's is not other jobs' use.
+            refilled = min(self.refill * since, max(0.0, (self.limit or 0.0) - self.figure))
+            self.others -= rose - refilled
             self.others_s += now - self.figure_at
             if self.window_s and self.others_s > 2 * self.window_s:
                 self.others, self.others_s = self.others / 2, self.others_s / 2
