@@ -13,16 +13,17 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-
-from wildtrace.core import frames, views
+from wildtrace.core import views
 from wildtrace.core.caps import CapKind
 from wildtrace.core.records import AnswerRecord, AnswerStatus, RunStatus, TaskStatus
 from wildtrace.files import write_json
 from wildtrace.tracking import readable
 from wildtrace.tracking.runs.parent import SWEEP_KEYS_TAG, SWEEP_TAG, SWEPT_PREFIX
+
+if TYPE_CHECKING:  # the run's own process reads its folder too and never loads pandas (about 90 MB)
+    import pandas as pd
 
 #: What names the command a run folder belongs to (its rerun, where it ran, its resolved settings):
 #: written before the run's first request, so a folder killed whole can still be finished.
@@ -308,6 +309,9 @@ def tags_of(rd: RunDir, parent_run_id: str | None, swept: Sequence[str] = ()) ->
 def _frames(rd: RunDir) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The columns the views read, and no others: the judge prompts and replies are most of a
     run's rows (a frame of them all took 16 MB at full scale)."""
+    import pandas as pd
+
+    from wildtrace.core import frames
     judgments = frames.judgments_frame({k: j.get(k) for k in (views.QID, views.JUDGE, views.STATUS, views.SCORE)}
                                        for j in rd.judgments)
     columns = (views.QID, views.STATUS, views.SCORE, views.PARADIGM, views.TIER)
@@ -341,6 +345,8 @@ def _score_metrics(s: Mapping) -> dict[str, Any]:
 
 
 def _breakdown_metrics(rd: RunDir) -> dict[str, Any]:
+    from wildtrace.core import frames  # pandas: loaded where MLflow's metrics are made, not in the run's process
+
     m: dict[str, Any] = {}
     tasks, judgments = _frames(rd)
     for pair, row in frames.agreement(judgments).items():
@@ -404,6 +410,7 @@ def task_table(rd: RunDir, document_uris: Mapping[str, str] | None = None) -> pd
 
     ``document_uris``: sha256 → where the document is stored once (see tracking.documents).
     """
+    import pandas as pd
     scores = {t["question_id"]: t for t in (rd.scores or {}).get("tasks", [])}
     uris = document_uris or {}
     rows = []
@@ -428,6 +435,7 @@ def task_table(rd: RunDir, document_uris: Mapping[str, str] | None = None) -> pd
 
 def judgment_table(rd: RunDir) -> pd.DataFrame:
     """A row per (task, judge): the full judge prompt, raw reply, parsed JSON, total, score or why not."""
+    import pandas as pd
     return pd.DataFrame([{
         "question_id": j["question_id"], "judge": j["judge"], "status": j["status"], "reason": j.get("reason"),
         "total": j.get("total"), "score": j.get("score"), "prompt": j.get("prompt"), "reply": j.get("reply"),
