@@ -52,7 +52,8 @@ def check_sweep(uri: str, key: str, values: set[str]) -> None:
     # Each child says its swept value; the parent holds each point's score and its verdict against the first.
     assert parent.data.tags["wildtrace.sweep.keys"] == key
     assert {c.data.tags[f"sweep.{key}"] for c in children} == values
-    assert all(c.info.run_name.split(" ")[0] == SHORT[key].format(c.data.tags[f"sweep.{key}"]) for c in children)
+    named = SHORT.get(key, key.rsplit(".", 1)[-1] + "={}")  # t=0.1; any other key: temperature=0.1
+    assert all(c.info.run_name.split(" ")[0] == named.format(c.data.tags[f"sweep.{key}"]) for c in children)
     parent = client.get_run(parent.info.run_id)
     for c in children:
         assert parent.data.metrics[f"{key}/{c.data.tags[f'sweep.{key}']}/overall_pct"] == c.data.metrics["overall_pct"]
