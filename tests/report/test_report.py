@@ -426,8 +426,8 @@ def test_help_describes_every_key_of_the_reports_schema():
             else:
                 yield prefix + name
 
-    template = yaml.safe_load((Path(__file__).resolve().parents[2] / "conf" / "report.yaml").read_text())["hydra"]["help"][
-        "template"]
+    conf = Path(__file__).resolve().parents[2] / "conf"
+    template = yaml.safe_load((conf / "report.yaml").read_text())["hydra"]["help"]["template"]
     section = template.split("== The report's keys", 1)[1].split("== Config ==", 1)[0]
     listed = {line.split()[0] for line in section.splitlines()[1:] if line and not line.startswith(" ")}
     assert listed == set(leaves(ReportConfig))
