@@ -234,3 +234,24 @@ def test_kendall_tau_is_scipys_tau_b():
     a, b = [0.3, 0.1, 0.5, 0.2], [0.25, 0.2, 0.4, 0.1]
     assert stats.kendall_tau(a, b) == pytest.approx(sps.kendalltau(a, b).statistic)
     assert stats.kendall_tau([0.1], [0.2]) is None
+
+
+def test_how_a_sweep_job_schedules_its_repeats_is_not_a_setting():
+    """Each job of a sweep lists the sweep's other points (sweep_decodings) to send while the provider holds a
+    prompt: two jobs that differ only in the budget are one sweep of decoding.max_tokens, not two settings apart."""
+    from wildtrace.report.experiments import settings_of
+    from wildtrace.report.tables import RunData, config_signature
+
+    def job(max_tokens: int, others: list[int]) -> RunData:
+        config = {"model": {"name": "m", "route": "r"}, "judge_panel": {"name": "p", "judges": {"a": {}}},
+                  "decoding": {"temperature": 0.1, "max_tokens": max_tokens, "replicate": 0},
+                  "prompt_repeats": 1 + len(others),
+                  "sweep_decodings": [{"temperature": 0.1, "max_tokens": o, "replicate": 0} for o in others]}
+        return RunData(run_id=str(max_tokens), source="run_dir", config=config,
+                       stats={"effective_max_tokens": max_tokens}, scores={})
+
+    a, b = job(64, [256]), job(256, [64])
+    sa, sb = settings_of(a), settings_of(b)
+    differ = {k for k in sa.keys() | sb.keys() if sa.get(k) != sb.get(k)}
+    assert differ == {"decoding.max_tokens"}
+    assert config_signature(job(64, [256])) == config_signature(job(64, []))

@@ -11,7 +11,9 @@ from typing import Any
 import yaml
 
 #: Config keys that name where or when a run happened, not what it did.
-RUN_SPECIFIC = ("out_dir", "progress", "root", "cache", "mlflow", "responses")
+#: ``prompt_repeats`` and ``sweep_decodings`` say how a sweep's job schedules its repeats (the other points
+#: it sends while the provider holds a prompt), not what it was asked: every job of a sweep holds other ones.
+RUN_SPECIFIC = ("out_dir", "progress", "root", "cache", "mlflow", "responses", "prompt_repeats", "sweep_decodings")
 #: The spec's decoding (conf/decoding/paper.yaml): what a baseline point is run with.
 SPEC_TEMPERATURE = 0.1
 #: The budget max_tokens: null picks (spec §2): reasoning models 32768, the others 8192.
