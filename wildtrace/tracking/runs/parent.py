@@ -5,8 +5,9 @@ The parent holds what the sweep found, not an empty row: a metric per point and 
 sweep is closed and each job's per-task scores can be read from its folder, each point
 against the sweep's first point: the paired difference of the per-task scores in pp with
 its 95 % paired-t interval (``<point>/diff_pp``, ``diff_ci_low_pp``, ``diff_ci_high_pp``),
-and a verdict tag ``verdict/<point>`` saying what was tested. The table ``points.json``
-holds the same rows.
+its p-value Holm-adjusted across the sweep's comparisons (``<point>/p_holm``), as the report
+reads a sweep, and a verdict tag ``verdict/<point>`` saying what was tested. The table
+``points.json`` holds the same rows.
 """
 
 from __future__ import annotations
@@ -85,24 +86,23 @@ def task_scores(job_dir: Path) -> dict[str, float] | None:
 
 
 def paired(base: Mapping[str, float], other: Mapping[str, float]) -> dict[str, Any] | None:
-    """The paired difference other − base over their common tasks, in pp, with its paired-t interval."""
-    from scipy import stats
+    """The paired difference other − base over their common tasks, in pp: the report's paired t
+    (``report.statistics.stats.paired_t``) with its interval and two-sided p."""
+    from wildtrace.report.statistics import stats
 
     common = sorted(set(base) & set(other))
     if len(common) < 2:
         return None
-    a, b = [100.0 * other[q] for q in common], [100.0 * base[q] for q in common]
-    diff = sum(x - y for x, y in zip(a, b, strict=True)) / len(common)
-    if all(x == y for x, y in zip(a, b, strict=True)):
-        low = high = 0.0  # no task moved: the interval is the point
-    else:
-        low, high = stats.ttest_rel(a, b).confidence_interval(LEVEL)
-    return {"diff_pp": round(diff, 2), "diff_ci_low_pp": round(float(low), 2), "diff_ci_high_pp": round(float(high), 2),
-            "n_tasks": len(common)}
+    d = stats.paired_t([100.0 * (other[q] - base[q]) for q in common], LEVEL)
+    return {"diff_pp": d["mean_diff"], "diff_ci_low_pp": d["ci_low"], "diff_ci_high_pp": d["ci_high"],
+            "p_value": d["p_value"], "n_tasks": d["n"]}
 
 
 def verdicts(frame: pd.DataFrame, job_dirs: Sequence[Path]) -> list[dict[str, Any]]:
-    """Each point against the first job's point (paired over tasks), from the job folders' scores."""
+    """Each point against the first job's point (paired over tasks), from the job folders' scores;
+    the p-values Holm-adjusted across the sweep's comparisons (``stats.holm``, as the report's)."""
+    from wildtrace.report.statistics import stats
+
     by_run = {}
     for job in sorted(job_dirs, key=lambda p: int(p.name) if p.name.isdigit() else 0):
         try:
@@ -116,20 +116,29 @@ def verdicts(frame: pd.DataFrame, job_dirs: Sequence[Path]) -> list[dict[str, An
     if len(points) < 2:
         return []
     base_run = next(r for r in by_run if r in points)
+    tested = [(points[run_id], result) for run_id in points if run_id != base_run
+              if (result := paired(by_run[base_run], by_run[run_id])) is not None]
+    adjusted = stats.holm([result["p_value"] for _, result in tested])
     rows = []
-    for run_id, point in points.items():
-        if run_id == base_run:
-            continue
-        result = paired(by_run[base_run], by_run[run_id])
-        if result is None:
-            continue
-        apart = result["diff_ci_low_pp"] > 0 or result["diff_ci_high_pp"] < 0
+    for (point, result), p_holm in zip(tested, adjusted, strict=True):
+        apart = p_holm is not None and p_holm < 1.0 - LEVEL
         words = (f"{'distinguishable from' if apart else 'within noise of'} {points[base_run]}: "
                  f"{result['diff_pp']:+.2f} pp [{result['diff_ci_low_pp']:+.2f}, {result['diff_ci_high_pp']:+.2f}] "
-                 f"(paired t over {result['n_tasks']} tasks, {LEVEL:.0%}, not corrected for the sweep's other points)")
-        rows.append({"point": point, "baseline": points[base_run], **result, "distinguishable": apart,
-                     "verdict": words})
+                 f"(paired t over {result['n_tasks']} tasks, {LEVEL:.0%} interval; Holm-adjusted p = "
+                 f"{_p(p_holm)} across the sweep's {len(tested)} comparison{'s' * (len(tested) != 1)})")
+        rows.append({"point": point, "baseline": points[base_run],
+                     **{k: _pp(v) if k.endswith("_pp") else v for k, v in result.items()},
+                     "p_holm": p_holm, "distinguishable": apart, "verdict": words})
     return rows
+
+
+def _pp(value: float | None) -> float | None:
+    """A difference in pp to 0.01."""
+    return None if value is None else round(value, 2)
+
+
+def _p(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3g}"
 
 
 def refresh_parent(client: Any, parent_run_id: str, close: str | None = None,
@@ -146,7 +155,8 @@ def refresh_parent(client: Any, parent_run_id: str, close: str | None = None,
     rows = verdicts(frame, job_dirs) if job_dirs else []
     tags = []
     for row in rows:
-        metrics.update({f"{row['point']}/{k}": float(row[k]) for k in ("diff_pp", "diff_ci_low_pp", "diff_ci_high_pp")})
+        metrics.update({f"{row['point']}/{k}": float(row[k]) for k in ("diff_pp", "diff_ci_low_pp", "diff_ci_high_pp",
+                                                                       "p_holm") if row[k] is not None})
         tags.append(RunTag(f"verdict/{row['point']}", row["verdict"]))
     if metrics or tags:
         client.log_batch(parent_run_id, metrics=[Metric(k, v, 0, 0) for k, v in metrics.items()], tags=tags)
