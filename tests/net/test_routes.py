@@ -9,13 +9,11 @@ route the list lacks before any paid call.
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import json
 import os
 import subprocess
 import sys
-import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -27,8 +25,7 @@ from wildtrace.app import CONF_DIR, prepare
 from wildtrace.config import ConfigError
 from wildtrace.config.checks import _conf_retirements, retirement_for
 from wildtrace.core import records as R
-from wildtrace.runtime.checks.catalog import Listing, ListingStatus, list_models, \
-    route_status
+from wildtrace.runtime.checks.catalog import Listing, ListingStatus, route_status
 from wildtrace.runtime.run.execute import run
 from wildtrace.runtime.net.served import MAX_SERVED_CHARS, ServedPolicy, default_pattern
 
@@ -369,77 +366,8 @@ def test_a_bad_rule_is_a_config_error_before_any_request(tmp_path, override, mes
         assert server.calls == []
 
 
-# ---------------------------------------------------------------------- item 4: model lists
-
-
-def _page(call: Call) -> dict[str, str]:
-    return dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(call.path).query))
-
-
-def test_anthropic_model_list_is_read_page_by_page():
-    pages = {None: (["claude-opus-4-8", "claude-opus-4-7"], True), "claude-opus-4-7": (["claude-opus-4-6"], True),
-             "claude-opus-4-6": (["claude-sonnet-4-6", "claude-haiku-4-5-20251001"], False)}
-
-    def responder(call: Call) -> Reply:
-        ids, more = pages[_page(call).get("after_id")]
-        return Reply(200, {"data": [{"type": "model", "id": i, "display_name": i, "created_at": "2026-01-01T00:00:00Z"}
-                                    for i in ids], "has_more": more, "first_id": ids[0], "last_id": ids[-1]})
-
-    with LoopbackServer(responder) as server:
-        spec = endpoint_spec("anthropic", route="claude-haiku-4-5", base_url=server.url)
-        listing = asyncio.run(list_models(spec, "sk-ant-test"))
-    assert listing.pages == 3 and listing.ids == ["claude-opus-4-8", "claude-opus-4-7", "claude-opus-4-6",
-                                                  "claude-sonnet-4-6", "claude-haiku-4-5-20251001"]
-    assert [c.method for c in server.calls] == ["GET"] * 3
-    assert [urllib.parse.urlsplit(c.path).path for c in server.calls] == ["/v1/models"] * 3
-    assert [_page(c) for c in server.calls] == [{"limit": "1000"}, {"limit": "1000", "after_id": "claude-opus-4-7"},
-                                                {"limit": "1000", "after_id": "claude-opus-4-6"}]
-    assert all(c.headers["x-api-key"] == "sk-ant-test" and c.headers["anthropic-version"] == "2023-06-01"
-               for c in server.calls)
-    assert route_status(spec, listing).text == "listed as claude-haiku-4-5-20251001"  # served under its dated name
-
-
-def test_gemini_model_list_is_read_by_page_token():
-    def responder(call: Call) -> Reply:
-        if _page(call).get("pageToken") == "p2":
-            return Reply(200, {"models": [{"name": "models/gemini-3.5-flash-lite", "version": "001"}]})
-        return Reply(200, {"models": [{"name": "models/gemini-3.8-flash"}, {"name": "models/gemini-3.1-pro-preview"}],
-                           "nextPageToken": "p2"})
-
-    with LoopbackServer(responder) as server:
-        listed = endpoint_spec("gemini", route="gemini-3.5-flash-lite", base_url=server.url)
-        gone = endpoint_spec("gemini", route="gemini-2.5-flash", base_url=server.url)
-        listing = asyncio.run(list_models(listed, "gm-test"))
-    assert listing.ids == ["gemini-3.8-flash", "gemini-3.1-pro-preview", "gemini-3.5-flash-lite"]
-    assert [_page(c) for c in server.calls] == [{"pageSize": "1000"}, {"pageSize": "1000", "pageToken": "p2"}]
-    assert all(urllib.parse.urlsplit(c.path).path == "/v1beta/models" and c.headers["x-goog-api-key"] == "gm-test"
-               and "key=" not in c.path for c in server.calls)
-    assert route_status(listed, listing).status == ListingStatus.LISTED
-    status = route_status(gone, listing)
-    assert status.status == ListingStatus.MISSING and status.blocks
-    assert status.text.endswith("nearest: gemini-3.8-flash, gemini-3.5-flash-lite")
-
-
-def test_a_list_that_never_ends_is_read_to_its_page_bound():
-    with LoopbackServer(lambda call: Reply(200, {"data": [{"id": f"m{len(call.path)}"}], "has_more": True,
-                                                 "last_id": f"x{len(call.path)}"})) as server:
-        listing = asyncio.run(list_models(endpoint_spec("anthropic", base_url=server.url), "k", max_pages=4))
-    assert listing.pages == 4 and len(server.calls) == 4
-
-
-@pytest.mark.parametrize(("reply", "why"), [
-    (error(404, "Not Found"), "HTTP 404"),  # a gateway without /models
-    (Reply(200, b"<html>hello</html>", content_type="text/html"), "the body is not JSON"),
-    (Reply(200, {"object": "list"}), "the body is not a model list"),
-    (Reply(200, b"{" + b" " * (9 << 20) + b"}"), "a page larger than 8 MiB"),
-])
-def test_an_endpoint_without_a_usable_list_has_no_model_list(reply, why):
-    with LoopbackServer(lambda call: reply) as server:
-        spec = endpoint_spec("openai", base_url=server.url + "/v1")
-        listing = asyncio.run(list_models(spec, "k"))
-    assert listing.ids is None and listing.why == why
-    status = route_status(spec, listing)
-    assert status.status == ListingStatus.NO_LIST and not status.blocks and status.text == f"no model list ({why})"
+# ---------------------------------------------------------------------- model lists: what they say of a route
+# (the lists' requests, pages and paging: tests/providers/test_model_lists.py)
 
 
 TODAY = datetime.date(2026, 12, 1)

@@ -196,17 +196,6 @@ def test_default_reasoning_format_by_route(name, route, default):
     assert PROVIDERS[name].default_reasoning_format(route) == default
 
 
-@pytest.mark.parametrize(
-    ("name", "token", "url_part"),
-    [("openai", None, ("/models", {})), ("anthropic", None, ("/v1/models", {"limit": "1000"})),
-     ("anthropic", "m-9", ("/v1/models", {"limit": "1000", "after_id": "m-9"})),
-     ("gemini", None, ("/v1beta/models", {"pageSize": "1000"})),
-     ("gemini", "t2", ("/v1beta/models", {"pageSize": "1000", "pageToken": "t2"}))],
-)
-def test_model_list_wire_format(name, token, url_part):
-    assert PROVIDERS[name].model_list(token) == url_part
-
-
 def test_registry_facts_are_consistent():
     from wildtrace.providers.batch import BatchAPI
 

@@ -1,15 +1,8 @@
 """The endpoint's own model list, asked before any paid call: is the route there, retired, or named otherwise?
 
-``python -m wildtrace.check`` asks each endpoint's list where its API offers one (the provider
-class, in ``providers/<name>/wire.py``, says where and how it is paged: ``Provider.model_list``,
-``model_page``, ``model_id``); this module makes the GETs:
-
-- OpenAI-compatible: ``GET {base_url}/models`` (bearer token); OpenAI's entries may carry
-  ``shutdown_date`` (YYYY-MM-DD), which is reported, and a past one is a retired route;
-- Anthropic: ``GET {base_url}/v1/models?limit=1000`` with ``x-api-key`` and
-  ``anthropic-version``, paged by ``after_id=<last_id>`` while ``has_more``;
-- Gemini: ``GET {base_url}/v1beta/models?pageSize=1000`` with ``x-goog-api-key``, paged by
-  ``pageToken=<nextPageToken>``; names are ``models/<id>``.
+``python -m wildtrace.check`` asks each endpoint's list where its API offers one. What the GET is
+and what a page says is the provider's (``providers/models.py``, from the provider class's
+``model_list``, ``model_page`` and ``model_id``); this module makes the GETs, page after page.
 
 A list that cannot be had (a gateway without ``/models`` answers 404, a timeout, a body that
 is not a list) is "no model list", never a failure. Everything read is bounded: each page's
@@ -21,17 +14,15 @@ from __future__ import annotations
 import asyncio
 import datetime
 import difflib
-import json
 import re
-import urllib.parse
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
 
 import httpx
 
 from wildtrace.providers.base import EndpointSpec
-from wildtrace.providers.registry import make_provider, provider_class
+from wildtrace.providers.models import ModelPage, NotAModelList, PageRequest, page_request, read_page
+from wildtrace.providers.registry import provider_class
 from wildtrace.runtime.net.client import make_client
 from wildtrace.runtime.net.secrets import redact
 from wildtrace.runtime.net.served import default_pattern
@@ -79,22 +70,9 @@ class _NoList(Exception):
     """The list cannot be had; the message says why."""
 
 
-def _page_url(spec: EndpointSpec, token: str | None) -> str:
-    path, query = provider_class(spec.provider).model_list(token)
-    return spec.base_url.rstrip("/") + path + (f"?{urllib.parse.urlencode(query)}" if query else "")
-
-
-def _headers(spec: EndpointSpec, key: str | None) -> dict[str, str]:
-    """Accept JSON, the API's own headers (Anthropic's version, as every Messages call sends) and the key."""
-    headers = {"accept": "application/json", **provider_class(spec.provider).api_headers}
-    if key:
-        headers.update(make_provider(spec).auth_headers(key))
-    return headers
-
-
-async def _get(client: httpx.AsyncClient, url: str, headers: dict[str, str]) -> Any:
-    """One page as JSON, at most MAX_PAGE_BYTES; a non-2xx or unreadable body has no list."""
-    async with client.stream("GET", url, headers=headers) as response:
+async def _get(client: httpx.AsyncClient, request: PageRequest) -> bytes:
+    """One page's bytes, at most MAX_PAGE_BYTES; a non-2xx has no list."""
+    async with client.stream("GET", request.url, params=dict(request.query), headers=dict(request.headers)) as response:
         if not 200 <= response.status_code < 300:
             raise _NoList(f"HTTP {response.status_code}")
         body = bytearray()
@@ -102,28 +80,7 @@ async def _get(client: httpx.AsyncClient, url: str, headers: dict[str, str]) -> 
             body += chunk
             if len(body) > MAX_PAGE_BYTES:
                 raise _NoList(f"a page larger than {MAX_PAGE_BYTES >> 20} MiB")
-    try:
-        return json.loads(bytes(body))
-    except (ValueError, RecursionError):
-        raise _NoList("the body is not JSON") from None
-
-
-def _entries(spec: EndpointSpec, page: Any) -> tuple[list[dict], str | None]:
-    """(model entries, the next page's token) of one page, in the API's own shape."""
-    if not isinstance(page, dict):
-        raise _NoList("the body is not a model list")
-    models, token = provider_class(spec.provider).model_page(page)
-    if not isinstance(models, list):
-        raise _NoList("the body is not a model list")
-    return [m for m in models if isinstance(m, dict)], token if isinstance(token, str) and token else None
-
-
-def _model_id(spec: EndpointSpec, entry: dict) -> str | None:
-    provider = provider_class(spec.provider)
-    ident = provider.model_id(entry)
-    if not isinstance(ident, str) or not ident:
-        return None
-    return provider.bare_route(ident)[:300]
+    return bytes(body)
 
 
 async def list_models(spec: EndpointSpec, key: str | None, transport: httpx.AsyncBaseTransport | None = None,
@@ -135,24 +92,28 @@ async def list_models(spec: EndpointSpec, key: str | None, transport: httpx.Asyn
     try:
         async with client, asyncio.timeout(TIMEOUT_S * 2):
             while True:
-                entries, token = _entries(spec, await _get(client, _page_url(spec, token), _headers(spec, key)))
+                page = read_page(spec.provider, await _get(client, page_request(spec, key, token)))
                 listing.pages += 1
-                for entry in entries:
-                    ident = _model_id(spec, entry)
-                    if ident is not None and len(listing.ids or []) < MAX_IDS:
-                        assert listing.ids is not None
-                        listing.ids.append(ident)
-                        if isinstance(entry.get("shutdown_date"), str):
-                            listing.shutdown[ident] = entry["shutdown_date"][:10]
+                _keep(listing, page)
+                token = page.token
                 if token is None or listing.pages >= max_pages:
                     break
-    except _NoList as exc:
+    except (_NoList, NotAModelList) as exc:
         return Listing(ids=None, why=str(exc))
     except TimeoutError:
         return Listing(ids=None, why="timeout")
     except (httpx.HTTPError, httpx.InvalidURL) as exc:
         return Listing(ids=None, why=redact(f"{type(exc).__name__}: {exc}")[:200])
     return listing
+
+
+def _keep(listing: Listing, page: ModelPage) -> None:
+    """A page's ids (and their shutdown dates) added to the listing, up to MAX_IDS."""
+    assert listing.ids is not None
+    for ident in page.ids[:max(0, MAX_IDS - len(listing.ids))]:
+        listing.ids.append(ident)
+        if ident in page.shutdown:
+            listing.shutdown[ident] = page.shutdown[ident]
 
 
 def route_status(spec: EndpointSpec, listing: Listing | None, today: datetime.date | None = None) -> RouteStatus:
