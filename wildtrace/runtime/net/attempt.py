@@ -246,7 +246,7 @@ class Sender:
         data = bytes(body[:bound])
         payload, notes = decode_json(data)
         if success and isinstance(payload, dict) and "non_json_body" in payload \
-                and data.lstrip()[:6] in (b"data:", b"event:"):
+                and data.lstrip().startswith((b"data:", b"event:")):
             return await self._read_stream(_replay(data), status, headers)  # events, mislabelled
         return Attempt(status=status, headers=headers, payload=payload, notes=notes, size=len(data),
                        head=data[:HEAD_BYTES])
