@@ -153,11 +153,23 @@ def test_typos_and_wrong_types_fail_at_compose_naming_the_key(overrides, fragmen
         (["model.max_call_s=-1"], r"model.max_call_s must be positive"),
         (["max_response_mb=0"], r"max_response_mb must be positive"),
         (["access=gateway"], r"gateway.base_url"),
+        (["model.family=''"], r"model.family must be a family name such as qwen or null \(unknown\), got ''"),
+        (["judge_panel.judges.lexical.family=' qwen'"], r"judge_panel.judges.lexical.family must be a family name"),
     ],
 )
 def test_semantic_errors_name_the_key(overrides, message):
     with pytest.raises(ConfigError, match=message):
         to_settings(compose_config(overrides))
+
+
+def test_families_default_to_unknown_and_the_paper_judges_say_theirs():
+    """A family is what the report's judge-family check reads; a file that sets none is unknown."""
+    assert to_settings(compose_config()).model.family is None
+    paper = to_settings(compose_config(["judge_panel=paper", "model=qwen3.7-max"]))
+    assert {k: j.family for k, j in paper.judge_panel.judges.items()} == {
+        "claude_sonnet": "claude", "qwen": "qwen", "gemini_flash": "gemini"}
+    assert paper.model.family == "qwen"
+    assert to_settings(compose_config(["model.family=qwen"])).model.family == "qwen"
 
 
 def test_judge_keys_must_be_plain_identifiers():

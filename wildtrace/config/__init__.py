@@ -116,6 +116,9 @@ class EndpointConfig:
 
     #: A display name (the model's or judge's family and version).
     name: str = MISSING
+    #: The model family (claude, qwen, gemini, gpt, …): the report's judge-family check compares a judge's
+    #: scores on contestants of its own family with the others'; null = unknown (the check is not shown).
+    family: Optional[str] = None
     #: The wire format: openai (and every OpenAI-compatible route), anthropic, gemini, offline.
     provider: str = MISSING
     #: The model id sent to the endpoint.
@@ -463,9 +466,17 @@ def apply_gateway(cfg: WildtraceConfig) -> WildtraceConfig:
     return cfg
 
 
+def _check_family(prefix: str, e: EndpointConfig) -> None:
+    if e.family is not None and (not isinstance(e.family, str) or not e.family.strip() or e.family != e.family.strip()):
+        raise ConfigError(f"{prefix}.family must be a family name such as qwen or null (unknown), got {e.family!r}")
+
+
 def validate(cfg: WildtraceConfig) -> WildtraceConfig:
     """Checks a schema cannot express; each error names the key."""
     apply_gateway(cfg)
+    _check_family("model", cfg.model)
+    for key, judge in cfg.judge_panel.judges.items():
+        _check_family(f"judge_panel.judges.{key}", judge)
     if cfg.stage != "judge":
         _check_endpoint("model", cfg.model)
     _check_price("model", cfg.model)
