@@ -108,14 +108,11 @@ def test_hostile_judge_replies_make_that_judge_unavailable_not_the_run_crash(tmp
     with LoopbackServer(responder) as server:
         cfg = settings(tmp_path, overrides_for(server, release),
                        judges={r.replace("-", "_"): openai_judge(server.url, r) for r in hostile})
-        started = time.perf_counter()
         result = run(cfg)
-        elapsed = time.perf_counter() - started
     judged = json.loads((result.out_dir / "judgments.json").read_text())
     assert [j["status"] for j in judged] == [R.JudgmentStatus.UNAVAILABLE] * 4
     assert all(j["reason"] for j in judged)
     assert result.summary["n_unscored"] == 1
-    assert elapsed < 20
 
 
 # ---------------------------------------------------------------------- storage

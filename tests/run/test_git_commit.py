@@ -1,4 +1,4 @@
-"""run_stats.json's git_commit: asked of git once a process."""
+"""run_stats.json's git_commit: the harness's checkout, "unknown" when git cannot say."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ def responder(call: Call) -> Reply:
 
 @pytest.fixture
 def fresh_lookup(monkeypatch):
-    """A process that has not looked its commit up yet; yields the list of (thread, calls seen) per git lookup."""
+    """A process that has not looked its commit up yet (the lookup is kept for the process)."""
     git_commit.cache_clear()
-    yield []
+    yield
     git_commit.cache_clear()
 
 
@@ -30,20 +30,15 @@ def answer_run(tmp_path, server, tasks, corpus):
                                    f"dataset.corpus={corpus}", "stage=answer", "cache.enabled=false"]))
 
 
-def test_looked_up_once_a_process(tmp_path, test_key, monkeypatch,
-                                                                          fresh_lookup):
+@pytest.mark.usefixtures("fresh_lookup")
+def test_every_run_names_the_commit_git_gives(tmp_path, test_key, monkeypatch):
     tasks, corpus = write_release(tmp_path, [make_task(f"q{i}", f"What failed? [q{i}]", "doc.txt") for i in range(3)],
                                   {"doc.txt": "The seal was worn. " * 50})
+    monkeypatch.setattr(run_module, "_ask_git", lambda: "0123abcd" * 5)
     with LoopbackServer(responder) as server:
-        def ask_git() -> str:
-            fresh_lookup.append(len(server.calls))
-            return "0123abcd" * 5
-
-        monkeypatch.setattr(run_module, "_ask_git", ask_git)
         first = answer_run(tmp_path / "a", server, tasks, corpus)
         second = answer_run(tmp_path / "b", server, tasks, corpus)
     assert len(server.calls) == 6
-    assert len(fresh_lookup) == 1  # one lookup for both runs of the process
     for result in (first, second):
         stats = json.loads((result.out_dir / "run_stats.json").read_text())
         assert stats["git_commit"] == "0123abcd" * 5 == result.stats["git_commit"]
@@ -51,16 +46,17 @@ def test_looked_up_once_a_process(tmp_path, test_key, monkeypatch,
 
 @pytest.mark.parametrize("failure", [OSError("no git"), UnicodeDecodeError("utf-8", b"\xff", 0, 1, "bad"),
                                      RuntimeError("anything")])
-def test_a_lookup_that_raises_is_unknown(monkeypatch, fresh_lookup, failure):
+@pytest.mark.usefixtures("fresh_lookup")
+def test_a_lookup_that_raises_is_unknown(monkeypatch, failure):
     def ask_git() -> str:
         raise failure
 
     monkeypatch.setattr(run_module, "_ask_git", ask_git)
     assert git_commit() == "unknown"
-    assert git_commit() == "unknown"  # and stays so: the lookup is not repeated
 
 
-def test_the_real_lookup_names_this_checkout(fresh_lookup):
+@pytest.mark.usefixtures("fresh_lookup")
+def test_the_real_lookup_names_this_checkout():
     commit = git_commit()
     if commit == "unknown":  # an installed copy outside a checkout (the install test's venv)
         pytest.skip("not run from a git checkout")
