@@ -52,28 +52,56 @@ def test_openai_body_without_and_with_the_hint():
     assert streamed["prompt_cache_key"] == PROMPT_SHA and streamed["stream"] is True
 
 
-@pytest.mark.parametrize("ttl, control", [
-    ("5m", {"type": "ephemeral"}),
-    ("1h", {"type": "ephemeral", "ttl": "1h"}),
+@pytest.mark.parametrize("ttl, content", [
+    pytest.param(None, PROMPT, id="no-repeat"),
+    pytest.param("5m", [{"type": "text", "text": PROMPT, "cache_control": {"type": "ephemeral", "ttl": "5m"}}],
+                 id="repeats-within-5-minutes"),
+    pytest.param("1h", [{"type": "text", "text": PROMPT, "cache_control": {"type": "ephemeral", "ttl": "1h"}}],
+                 id="repeats-within-the-hour"),
 ])
-def test_anthropic_body_marks_the_prompt_only_when_the_schedule_repeats_it(ttl, control):
-    unmarked = AnthropicProvider(endpoint_spec("anthropic", route="claude-sonnet-4-6",
-                                               base_url="https://api.anthropic.com"))
-    request = unmarked.build_request(PROMPT, SAMPLING)
-    assert unmarked.with_cache_hint(request) is request  # no repeat within a lifetime: no write paid
-    marked = AnthropicProvider(endpoint_spec("anthropic", route="claude-sonnet-4-6",
-                                             base_url="https://api.anthropic.com", cache_ttl=ttl))
-    sent = marked.with_cache_hint(marked.build_request(PROMPT, SAMPLING))
-    assert sent.body == {"model": "claude-sonnet-4-6", "max_tokens": 512, "temperature": 0.3, "messages": [
-        {"role": "user", "content": [{"type": "text", "text": PROMPT, "cache_control": control}]}]}
-    assert sent.body["messages"][0]["content"][0]["text"].encode() == PROMPT.encode()  # the spec's bytes
+def test_anthropic_body_marks_the_prompt_for_the_lifetime_the_schedule_asks(ttl, content):
+    p = AnthropicProvider(endpoint_spec("anthropic", route="claude-sonnet-4-6", base_url="https://api.anthropic.com"))
+    request = p.build_request(PROMPT, SAMPLING)
+    sent = p.with_cache_hint(request, ttl)
+    assert json.dumps(sent.body) == json.dumps({"model": "claude-sonnet-4-6", "max_tokens": 512, "messages": [
+        {"role": "user", "content": content}], "temperature": 0.3})
+    assert (sent is request) == (ttl is None)  # no repeat: nothing marked, no write paid
     assert request.body["messages"][0]["content"] == PROMPT  # the keyed request is unchanged
+    assert sent.headers == {"anthropic-version": "2023-06-01"}  # the hour needs no beta header
+
+
+@pytest.mark.parametrize("repeats, gap_s, ttl", [
+    (1, 0.0, None),  # not a sweep: no repeat, no write
+    (6, 0.0, "5m"),  # the repeats go right after the first call
+    (6, 300.0, "5m"),
+    (6, 300.5, "1h"),  # a first call (or pacing) longer than the 5-minute lifetime
+    (2, 3600.0, "1h"),
+    (6, 3600.5, None),  # later than any lifetime: a write would never be read
+])
+def test_the_lifetime_is_the_shortest_that_holds_the_prompt_until_its_repeats(repeats, gap_s, ttl):
+    from wildtrace.runtime.run.prompt_cache import cache_ttl
+
+    assert cache_ttl(repeats, gap_s) == ttl
+
+
+def test_the_schedule_moves_to_the_hour_once_a_gap_passes_5_minutes_and_batches_start_there():
+    from wildtrace.runtime.run.prompt_cache import RepeatSchedule
+
+    sweep = RepeatSchedule.of(6, batched=False)
+    assert sweep.ttl() == "5m"
+    sweep.note(12.0)
+    assert sweep.ttl() == "5m"
+    sweep.note(420.0)
+    sweep.note(30.0)  # the longest gap seen decides
+    assert sweep.ttl() == "1h"
+    assert RepeatSchedule.of(6, batched=True).ttl() == "1h"  # the other jobs' batches: minutes to hours
+    assert RepeatSchedule.of(1, batched=True).ttl() is None
 
 
 def test_gemini_sends_nothing_its_caching_is_implicit():
-    p = GeminiProvider(endpoint_spec("gemini", route="gemini-2.5-pro", cache_ttl="5m", prompt_cache_key=True))
+    p = GeminiProvider(endpoint_spec("gemini", route="gemini-2.5-pro", prompt_cache_key=True))
     request = p.build_request(PROMPT, SAMPLING)
-    assert p.with_cache_hint(request) is request
+    assert p.with_cache_hint(request, "1h") is request
 
 
 # ---------------------------------------------------------------------- the harness's cache key
@@ -217,8 +245,8 @@ def test_a_sweep_reads_its_repeats_from_the_provider_cache_and_run_stats_say_so(
             cfg.prompt_repeats = 2
             stats.append(run(cfg).stats)
     sent = [c for c in server.calls if c.path.endswith("/v1/messages")]
-    assert len(sent) == 4 and all(c.body["messages"][0]["content"][0]["cache_control"] == {"type": "ephemeral"}
-                                  for c in sent)
+    assert len(sent) == 4 and all(c.body["messages"][0]["content"][0]["cache_control"] ==
+                                  {"type": "ephemeral", "ttl": "5m"} for c in sent)
     tokens = sum(tokens_of(answer_prompt(f"What failed? [q{i}]", document)) for i in range(2))
     first, second = (s["prompt_cache"]["endpoints"]["model"] for s in stats)
     assert (first["cache_write_tokens"], first["cached_input_tokens"], first["hit_rate"]) == (tokens, 0, 0.0)
@@ -349,3 +377,42 @@ def test_jobs_side_by_side_write_each_prompt_once(tmp_path, test_key):
     writes = sum(r.get("cache_write_tokens", 0) for r in rows)
     reads = sum(r.get("cached_input_tokens", 0) for r in rows)
     assert writes == reads > 0  # one write and one read a prompt: no two first calls raced
+
+
+def test_a_gap_past_the_5_minute_lifetime_moves_the_next_prompts_to_the_hour_billed_at_2x(tmp_path, test_key,
+                                                                                          monkeypatch):
+    """The 5-minute lifetime shortened to 0.5 s and every reply taking 0.6 s: the first task's repeat comes
+    after the lifetime, so the next tasks ask for the hour (and pay its 2x write, billed as computed here)."""
+    from conftest import TEST_KEY_ENV, make_task, settings, write_release
+    from servers.prefix_cache import PrefixCache, tokens_of
+    from wildtrace.config import DecodingConfig
+    from wildtrace.core.prompts import answer_prompt
+    from wildtrace.runtime.run import prompt_cache
+    from wildtrace.runtime.run.execute import run
+
+    monkeypatch.setattr(prompt_cache, "LIFETIMES", (("5m", 0.5), ("1h", 3600.0)))
+    document = "The pump failed. " * 600
+    tasks, corpus = write_release(tmp_path, [make_task(f"q{i}", f"What failed? [q{i}]", "doc.txt")
+                                             for i in range(3)], {"doc.txt": document})
+    with LoopbackServer(PrefixCache("anthropic", latency_s=0.6)) as server:
+        cfg = settings(tmp_path / "job0", [
+            "model=claude-opus-4.6", f"model.base_url={server.url}", f"model.api_key_env={TEST_KEY_ENV}",
+            "model.stream=false", "model.max_concurrency=1", f"dataset.tasks={tasks}", f"dataset.corpus={corpus}",
+            "judge_panel=offline"])
+        cfg.prompt_repeats = 2
+        cfg.sweep_decodings = [DecodingConfig(replicate=1)]
+        result = run(cfg)
+    marks = {}
+    for call in server.calls:
+        block = call.body["messages"][0]["content"][0]
+        marks.setdefault(block["text"].split("[")[1][:2], []).append(block["cache_control"]["ttl"])
+    assert marks == {"q0": ["5m", "5m"], "q1": ["1h", "1h"], "q2": ["1h", "1h"]}  # a prompt and its repeat alike
+    # The bill, by hand: claude-opus-4.6 at $5 input, $6.25 (5 min) and $10 (1 h) a write, $0.50 a read,
+    # $25 output; each prompt written once and read once, 12 output tokens a call.
+    tokens = [tokens_of(answer_prompt(f"What failed? [q{i}]", document)) for i in range(3)]
+    paid = (Decimal(tokens[0]) * Decimal("6.25") + sum(Decimal(t) * 10 for t in tokens[1:])
+            + sum(Decimal(t) * Decimal("0.5") for t in tokens) + 6 * 12 * 25) / Decimal(1_000_000)
+    cost = result.stats["cost"]["endpoints"]["model"]["cost_usd"]
+    assert abs(Decimal(str(cost)) - paid) < Decimal("1e-9")
+    row = result.stats["prompt_cache"]["endpoints"]["model"]
+    assert (row["cache_write_tokens"], row["cache_write_1h_tokens"]) == (sum(tokens), sum(tokens[1:]))

@@ -46,7 +46,8 @@ def usage_for(prompt: str, text: str) -> tuple[int, int, int]:
 def prompt_of(body: dict) -> str:
     if "contents" in body:
         return "".join(p["text"] for p in body["contents"][-1]["parts"])
-    return body["messages"][-1]["content"]
+    content = body["messages"][-1]["content"]
+    return content if isinstance(content, str) else "".join(block["text"] for block in content)
 
 
 def answer_text(body: dict, route: str | None = None) -> str:
@@ -81,7 +82,7 @@ def openai_body(body: dict) -> dict:
 def anthropic_body(body: dict) -> dict:
     """A Message as Anthropic returns it."""
     text = answer_text(body)
-    prompt_tokens, completion, _ = usage_for(body["messages"][-1]["content"], text)
+    prompt_tokens, completion, _ = usage_for(prompt_of(body), text)
     return {"id": "msg_1", "type": "message", "role": "assistant", "model": body["model"],
             "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": None,
             "usage": {"input_tokens": prompt_tokens, "output_tokens": completion}}
@@ -457,6 +458,44 @@ def test_a_batch_item_is_the_synchronous_request_byte_for_byte(tmp_path, release
         assert body_bytes == encode_body(request.body)
         assert "stream" not in json.loads(body_bytes)
         assert custom_id == cache_key("openai", request.url, "test-model", body_bytes, 0)[0]
+
+
+@pytest.mark.parametrize("provider, extra, hint", [
+    pytest.param("openai", ["model.prompt_cache_key=true"], "prompt_cache_key", id="openai-prompt_cache_key"),
+    pytest.param("anthropic", [], "cache_control", id="anthropic-cache_control-1h"),
+])
+def test_a_batch_item_carries_the_cache_hint_a_synchronous_call_sends(tmp_path, release, test_key, provider,
+                                                                      extra, hint):
+    """A sweep's batch lines ask the provider to cache their prompts as a synchronous call would (OpenAI's
+    prompt_cache_key; Anthropic's cache_control for the hour: the repeats come in the other jobs' batches);
+    each custom_id is still the plain request's cache key."""
+    import hashlib
+
+    from wildtrace.core.prompts import answer_prompt
+    from wildtrace.runtime.net.attempt import encode_body
+
+    with BatchServer() as server:
+        cfg = settings(tmp_path, [*overrides(server.url, release, provider), *extra, "stage=answer"])
+        cfg.prompt_repeats = 2
+        assert run(cfg).exit_code == 0
+    _tasks, corpus = release
+    base = f"{server.url}/v1/chat/completions" if provider == "openai" else f"{server.url}/v1/messages"
+    items = [item for batch in server.items.values() for item in batch]
+    assert len(items) == N_TASKS
+    for custom_id, body in items:
+        qid = QID.search(prompt_of(body)).group(1)
+        prompt = answer_prompt(f"What failed? [{qid}]", (corpus / f"doc{int(qid[1:]) % 2}.txt").read_text())
+        if provider == "openai":
+            plain = {"model": "test-model", "messages": [{"role": "user", "content": prompt}], "max_tokens": 8192,
+                     "temperature": 0.1}
+            golden = {**plain, "prompt_cache_key": hashlib.sha256(prompt.encode()).hexdigest()}
+        else:
+            plain = {"model": "test-model", "max_tokens": 8192, "messages": [{"role": "user", "content": prompt}],
+                     "temperature": 0.1}
+            golden = {**plain, "messages": [{"role": "user", "content": [
+                {"type": "text", "text": prompt, "cache_control": {"type": "ephemeral", "ttl": "1h"}}]}]}
+        assert json.dumps(body) == json.dumps(golden) and hint in json.dumps(body)
+        assert custom_id == cache_key(provider, base, "test-model", encode_body(plain), 0)[0]
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic", "gemini"])

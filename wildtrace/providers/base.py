@@ -174,7 +174,6 @@ class EndpointSpec:
     #: Prompt-cache hints, sent but never part of the harness's cache key (``Provider.with_cache_hint``):
     prompt_cache_key: bool = False  # OpenAI: prompt_cache_key = the prompt's sha256
     prompt_cache_retention: str | None = None  # OpenAI: prompt_cache_retention (in_memory, 24h)
-    cache_ttl: str | None = None  # Anthropic: mark the prompt with cache_control for "5m" or "1h"; None: no mark
 
 
 @dataclass(frozen=True)
@@ -367,10 +366,12 @@ class Provider(ABC):
     def build_request(self, prompt: str, sampling: Sampling) -> WireRequest:
         """The request for one single-turn user prompt."""
 
-    def with_cache_hint(self, request: WireRequest) -> WireRequest:
+    def with_cache_hint(self, request: WireRequest, ttl: str | None = None) -> WireRequest:
         """The request as sent, with the provider's prompt-cache hint (default: none; the provider caches on
-        its own or not at all). Applied after the cache key is made: a hint changes neither the answer nor
-        the key, so outcomes stored before hints existed keep serving."""
+        its own or not at all). ``ttl`` is the lifetime the run's schedule asks for where a write costs
+        extra ("5m", "1h"; None: no repeat will come, nothing to write: runtime/run/prompt_cache.py).
+        Applied after the cache key is made: a hint changes neither the answer nor the key, so outcomes
+        stored before hints existed keep serving."""
         return request
 
     @abstractmethod

@@ -91,19 +91,19 @@ class AnthropicProvider(Provider):
             return {}
         return anthropic_fields(self.reasoning_format(), level, sampling.max_tokens, self.spec.route)
 
-    def with_cache_hint(self, request: WireRequest) -> WireRequest:
-        """The prompt marked with ``cache_control`` (``ttl: 1h`` for the hour) when ``spec.cache_ttl`` says the
-        schedule sends it again within that time: a write costs 1.25x input for 5 minutes, 2x for an hour,
-        a read 0.1x (docs.anthropic.com/en/docs/build-with-claude/prompt-caching). The text is the same
-        string, as the content's one text block; no mark, no write."""
-        ttl = self.spec.cache_ttl
+    def with_cache_hint(self, request: WireRequest, ttl: str | None = None) -> WireRequest:
+        """The prompt marked with ``cache_control: {"type": "ephemeral", "ttl": ttl}`` when the run's schedule
+        sends it again within ``ttl`` ("5m" or "1h", sent explicitly: the lifetime billed is the one asked
+        for); a write costs 1.25x input for 5 minutes, 2x for an hour, a read 0.1x, and the hour needs no
+        beta header (docs.anthropic.com/en/docs/build-with-claude/prompt-caching; the SDK's
+        ``CacheControlEphemeralParam``). The text is the same string, as the content's one text block;
+        ``ttl`` None: no mark, no write."""
         messages = request.body.get("messages")
         if ttl is None or not isinstance(messages, list) or not messages or \
                 not isinstance(messages[-1].get("content"), str):
             return request
-        control: dict[str, str] = {"type": "ephemeral", **({"ttl": "1h"} if ttl == "1h" else {})}
         last = {**messages[-1], "content": [{"type": "text", "text": messages[-1]["content"],
-                                             "cache_control": control}]}
+                                             "cache_control": {"type": "ephemeral", "ttl": ttl}}]}
         body = {**request.body, "messages": [*messages[:-1], last]}
         return WireRequest(url=request.url, body=body, headers=dict(request.headers))
 

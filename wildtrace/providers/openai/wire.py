@@ -128,11 +128,12 @@ class OpenAIProvider(Provider):
             return {}
         return openai_fields(self.reasoning_format(), level, sampling.max_tokens)
 
-    def with_cache_hint(self, request: WireRequest) -> WireRequest:
+    def with_cache_hint(self, request: WireRequest, ttl: str | None = None) -> WireRequest:
         """OpenAI caches a prompt of 1,024 tokens or more on its own, at no extra cost; ``prompt_cache_key``
         (the prompt's sha256, where ``spec.prompt_cache_key``) routes a prompt's repeats to the server
         holding its prefix, ``prompt_cache_retention`` asks for a longer lifetime where the model offers it
-        (platform.openai.com/docs/guides/prompt-caching). The compatible providers cache on their own."""
+        (platform.openai.com/docs/guides/prompt-caching). The compatible providers cache on their own.
+        ``ttl`` is not OpenAI's: its writes cost nothing extra."""
         hint: dict[str, Any] = {}
         if self.spec.prompt_cache_key:
             prompt = _text_of(request.body["messages"][0]["content"]) or ""

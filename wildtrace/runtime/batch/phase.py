@@ -30,6 +30,7 @@ from wildtrace.runtime.batch.runner import Runner, Want
 from wildtrace.runtime.batch.spend import send_capped
 from wildtrace.runtime.spend.cap import Ledger as Budget
 from wildtrace.runtime.spend.cap import Ticket
+from wildtrace.runtime.net.attempt import encode_body
 from wildtrace.runtime.net.call import interpret
 from wildtrace.runtime.net.endpoint import Endpoint, Prepared
 from wildtrace.runtime.net.served import enforce
@@ -73,10 +74,16 @@ def _known(endpoint: Endpoint, key: str) -> CallResult | None:
     return interpret(endpoint.provider, stored["payload"], stored["http_status"], stored["attempts"], 0.0)
 
 
-def _spool(spool: Path, prepared: Prepared, temperature_sent: bool | str, ticket: Ticket) -> Want:
+def _spool(spool: Path, endpoint: Endpoint, prepared: Prepared, temperature_sent: bool | str, ticket: Ticket,
+           cache_ttl: str | None = None) -> Want:
+    """The item's bytes as the batch sends them: the request with its prompt-cache hint, as a synchronous
+    call sends it (OpenAI's Batch and Anthropic's Message Batches both cache prompts; the key stays the
+    plain request's)."""
+    wire = endpoint.provider.with_cache_hint(prepared.request, cache_ttl)
+    content = prepared.content if wire.body is prepared.request.body else encode_body(wire.body)
     path = spool / f"{prepared.key}.json"
-    path.write_bytes(prepared.content)
-    return Want(prepared.material, path, len(prepared.content), temperature_sent, ticket)
+    path.write_bytes(content)
+    return Want(prepared.material, path, len(content), temperature_sent, ticket)
 
 
 async def _through_batch(endpoint: Endpoint, wants: dict[str, Want], url: str, settings: BatchSettings,
@@ -142,10 +149,12 @@ async def _answers(plan: Any, prepare: Callable[[Task], Any], stop: asyncio.Even
         if batched:
             if prepared.key not in wants:
                 wants[prepared.key] = await asyncio.to_thread(
-                    _spool, spool, prepared, model.provider.temperature_sent(prepared.request), ticket)
+                    _spool, spool, model, prepared, model.provider.temperature_sent(prepared.request), ticket,
+                    plan.repeats.ttl())
             return
         try:
-            result = await model.call(prepared.request, plan.answer_replicate, ready.cost, prepared, ticket=ticket)
+            result = await model.call(prepared.request, plan.answer_replicate, ready.cost, prepared, ticket=ticket,
+                                      cache_ttl=plan.repeats.ttl())
         except BaseException:  # as in the pipeline: it may have been billed, so its reservation stays spent
             plan.ledger.abandon("model", ticket)
             raise
@@ -201,5 +210,5 @@ async def _judges(plan: Any, judge: Endpoint, answers: dict[str, str], stop: asy
             # the worst case the pipeline's judge call reserves (pipeline._Run.judge), at the batch price
             ticket = plan.ledger.ticket(judge.label, len(prompt.encode("utf-8")), plan.judge_sampling.max_tokens,
                                         batched=True)
-            wants[prepared.key] = _spool(spool, prepared, judge.provider.temperature_sent(request), ticket)
+            wants[prepared.key] = _spool(spool, judge, prepared, judge.provider.temperature_sent(request), ticket)
     await _through_batch(judge, wants, url, settings, ledger, plan.ledger, stop, show, spool)

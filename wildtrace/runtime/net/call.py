@@ -85,7 +85,7 @@ class CallLoop:
         return self.provider.spec.label
 
     async def fetch(self, request: WireRequest, content: bytes, cost: Cost,
-                     replicate: int, ticket: Ticket | None = None) -> CallResult | Resend:
+                     replicate: int, ticket: Ticket | None = None, cache_ttl: str | None = None) -> CallResult | Resend:
         """Attempts until ``retry.next_step`` ends them: an outcome, or a Resend (not an attempt of the task).
 
         ``ticket``: each attempt sent after one that may have been billed reserves its own worst case
@@ -101,7 +101,7 @@ class CallLoop:
         if self.quota_error is not None:
             return failed(FailReason.QUOTA_EXHAUSTED,
                           f"not sent: an earlier call was refused for quota ({self.quota_error})", 0)
-        wire = self.provider.with_cache_hint(request)  # sent, never keyed: the key is the plain request's
+        wire = self.provider.with_cache_hint(request, cache_ttl)  # sent, never keyed: the key is the plain request's
         wire = self.provider.stream_request(wire) if self.sender.streaming else wire
         if wire.body is not request.body:  # a hint or streaming changed the body; a plain one was encoded for the key
             content = encode_body(wire.body)

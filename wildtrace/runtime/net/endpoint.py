@@ -172,13 +172,15 @@ class Endpoint:
         return prepare_request(self.provider, request, replicate)
 
     async def call(self, request: WireRequest, replicate: int = 0, cost: Cost | None = None,
-                   prepared: Prepared | None = None, ticket: Ticket | None = None) -> CallResult:
+                   prepared: Prepared | None = None, ticket: Ticket | None = None,
+                   cache_ttl: str | None = None) -> CallResult:
         """The outcome of one logical request: from the cache, or fetched (with retries) and stored.
 
         ``cost``: what the request counts against the rate limits (its estimated tokens), for pacing;
         ``prepared``: ``prepare(request, replicate)`` already made (off the event loop);
         ``ticket``: the call's claim on a spend cap, reserved on a cache miss just before sending
-        (runtime/spend/cap.py); refused, the call is not sent and comes back ``budget_exhausted``.
+        (runtime/spend/cap.py); refused, the call is not sent and comes back ``budget_exhausted``;
+        ``cache_ttl``: the prompt-cache lifetime the run's schedule asks for (``Provider.with_cache_hint``).
         """
         asked = self.provider.budget(request) if self.provider.spec.max_output_tokens is not None else None
         while True:
@@ -196,7 +198,7 @@ class Endpoint:
                 if hit is not None:
                     return hit
                 # Each attempt reserves in the loop; a refusal is never stored: a rerun with a higher cap sends it.
-                result = await self.loop.fetch(request, content, cost or Cost(), replicate, ticket)
+                result = await self.loop.fetch(request, content, cost or Cost(), replicate, ticket, cache_ttl)
                 if isinstance(result, Resend):
                     continue  # rebuilt with what the endpoint learned; looked up again under its new key
                 result = self._finish(self.loop.budget_noted(result, request, asked), request)

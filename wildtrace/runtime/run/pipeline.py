@@ -373,12 +373,14 @@ class _Run:
         if ready.prepared is not None:
             size = len(ready.prepared.content)
         ticket = plan.ledger.ticket("model", size, plan.answer_sampling.max_tokens)
+        ttl, began = plan.repeats.ttl(), time.monotonic()  # one lifetime for a prompt's first call and repeats
         if result is None:
             assert ready.prepared is not None
             try:
                 async with self._first_call(ready):
+                    began = time.monotonic()
                     result = await plan.model.call(ready.prepared.request, plan.answer_replicate, ready.cost,
-                                                   ready.prepared, ticket=ticket)
+                                                   ready.prepared, ticket=ticket, cache_ttl=ttl)
             except BaseException:  # cancelled or raised: it may have been billed, so its reservation stays spent
                 plan.ledger.abandon("model", ticket)
                 raise
@@ -387,7 +389,8 @@ class _Run:
         self._check_storage(plan.model)
         self.counters.record_call("model", result)
         if plan.answer_siblings and ready.prepared is not None and not self.stop.is_set():
-            await self.siblings(task)
+            await self.siblings(task, ttl)
+            plan.repeats.note(time.monotonic() - began)
         reference = answer_prompt(task.question_text,
                                   document_reference(task.corpus_file, document_ref["sha256"], decision.doc_chars))
         return answer_record(task, decision, document_ref, ready.prompt_sha256, reference, result)
@@ -419,9 +422,10 @@ class _Run:
                         Cost(estimate_tokens(len(prompt), cjk), sampling.max_tokens)))
         return out
 
-    async def siblings(self, task: Task) -> None:
+    async def siblings(self, task: Task, ttl: str | None) -> None:
         """Send the task's answers at the sweep's other points now, while the provider holds the prompt: they
-        are stored in the cache, where the other jobs find them (paid here, under this run's caps)."""
+        are stored in the cache, where the other jobs find them (paid here, under this run's caps); they
+        ask for the lifetime the task's first call asked for (``ttl``)."""
         plan = self.plan
         assert plan.model is not None
         model = plan.model
@@ -429,7 +433,8 @@ class _Run:
         async def one(prepared: Prepared, max_tokens: int, cost: Cost) -> None:
             ticket = plan.ledger.ticket("model", len(prepared.content), max_tokens)
             try:
-                result = await model.call(prepared.request, prepared.replicate, cost, prepared, ticket=ticket)
+                result = await model.call(prepared.request, prepared.replicate, cost, prepared, ticket=ticket,
+                                          cache_ttl=ttl)
             except BaseException:
                 plan.ledger.abandon("model", ticket)
                 raise

@@ -33,6 +33,7 @@ from wildtrace.runtime.spend.cap import Ledger
 from wildtrace.runtime.store.cache import Cache
 from wildtrace.runtime.store.dataset import Dataset, DocumentInfo, DocumentStep, load_dataset
 from wildtrace.runtime.net.endpoint import Endpoint, local_transport, prepare_request
+from wildtrace.runtime.run.prompt_cache import RepeatSchedule
 from wildtrace.runtime.run.responses import load_responses
 from wildtrace.runtime.net.retry import RetryPolicy
 from wildtrace.runtime.net.served import ServedPolicy, policies
@@ -47,11 +48,6 @@ def retry_policy(retry: RetryConfig) -> RetryPolicy:
     """The runtime's retry rule for the settings' ``retry`` (the one place the fields are copied)."""
     return RetryPolicy(max_retries=retry.max_retries, backoff_base_s=retry.backoff_base_s,
                        backoff_max_s=retry.backoff_max_s, retry_after_max_s=retry.retry_after_max_s)
-
-
-#: The prompt-cache lifetime asked for where a write costs extra: the sweep's repeats of a prompt come
-#: while its jobs run one after another or side by side, within minutes (docs/providers/cost.md).
-CACHE_TTL = "5m"
 
 
 def endpoint_spec(label: str, e: EndpointConfig) -> EndpointSpec:
@@ -74,10 +70,8 @@ def endpoint_spec(label: str, e: EndpointConfig) -> EndpointSpec:
 
 
 def model_spec(cfg: WildtraceConfig) -> EndpointSpec:
-    """The model under test as an endpoint; its prompts marked for a 5-minute prompt cache when the
-    sweep sends each again (``prompt_repeats``: the repeats follow one another, docs/providers/cost.md)."""
-    spec = endpoint_spec("model", cfg.model)
-    return replace(spec, cache_ttl=CACHE_TTL) if cfg.prompt_repeats > 1 else spec
+    """The model under test as an endpoint."""
+    return endpoint_spec("model", cfg.model)
 
 
 def judge_specs(cfg: WildtraceConfig) -> list[EndpointSpec]:
@@ -142,6 +136,8 @@ class Plan:
     retry: RetryPolicy
     #: The sweep's other points (sampling, replicate), each answer's repeats (docs/providers/cost.md).
     answer_siblings: list[tuple[Sampling, int]] = field(default_factory=list)
+    #: When the answer prompts are sent again: the prompt-cache lifetime each asks for (prompt_cache.py).
+    repeats: RepeatSchedule = field(default_factory=RepeatSchedule)
     answers: dict[str, PlannedAnswer] = field(default_factory=dict)  #: question id → its planned answer request
     given_answers: dict[str, dict] | None = None  #: stage=judge: rows read from responses=PATH
     max_response_bytes: int = 64 << 20
@@ -223,6 +219,7 @@ def build_plan(cfg: WildtraceConfig) -> Plan:
                 answer_siblings=[(Sampling(d.temperature, effective_max_tokens(cfg.model, d),
                                            reasoning_effort=d.reasoning_effort), d.replicate)
                                  for d in cfg.sweep_decodings],
+                repeats=RepeatSchedule.of(cfg.prompt_repeats, cfg.model.batch),
                 retry=retry_policy(cfg.retry), answers=planned, given_answers=given_responses(cfg, dataset),
                 max_response_bytes=int(cfg.max_response_mb * (1 << 20)), grace_s=cfg.stop_grace_s,
                 served=policies(cfg))

@@ -1,7 +1,15 @@
-"""What the providers' prompt caches did for a run: tokens read and written, the hit rate, the money saved.
+"""The providers' prompt caches in a run: how long a prompt is asked to be held, and what the caches did.
 
-Counted per endpoint over the calls this run sent (an outcome served from the harness's own cache
-was not sent, so no provider cache served it). The saving of a call is what it would have cost with
+``cache_ttl`` is the rule for a provider whose cache write costs more than input (Anthropic): a prompt
+is marked for the shortest lifetime that holds it until its repeats come, and not at all when none
+will come within the longest. ``RepeatSchedule`` applies it to a run: no repeat outside a sweep; in
+a sweep the repeats come right after the first call is answered (pipeline: each task's other points),
+so the gap is measured, task by task, and a gap seen longer than 5 minutes moves the next tasks to
+the hour; through the batch API they come in the other jobs' batches, which take minutes to hours:
+the hour (Anthropic's batch guide recommends it).
+
+What the caches did is counted per endpoint over the calls this run sent (an outcome served from the
+harness's own cache was not sent, so no provider cache served it). The saving of a call is what it would have cost with
 every input token a miss, less what it cost (``core.cost.saved_cost``): a write that costs more than
 input (Anthropic) counts against it. run_stats.json keeps it under ``prompt_cache``.
 """
@@ -15,6 +23,43 @@ from fractions import Fraction
 from wildtrace.core.cost import DIGITS, Price, billable, saved_cost
 from wildtrace.core.records import CallResult
 
+#: Anthropic's prompt-cache lifetimes, shortest first, in seconds (a write for 5 minutes costs 1.25x input,
+#: for an hour 2x; each read refreshes the lifetime: docs.anthropic.com/en/docs/build-with-claude/prompt-caching).
+LIFETIMES: tuple[tuple[str, float], ...] = (("5m", 300.0), ("1h", 3600.0))
+#: The repeats of a batched prompt come in the sweep's other jobs' batches: most batches end within the hour.
+BATCH_GAP_S = 3600.0
+
+
+def cache_ttl(repeats: int, gap_s: float) -> str | None:
+    """The lifetime to ask for a prompt sent ``repeats`` times in all, its repeats ``gap_s`` after the
+    first call began: the shortest that holds it until then; None (no mark, no write) when nothing
+    repeats, or the repeats come later than the longest lifetime."""
+    if repeats <= 1:
+        return None
+    return next((ttl for ttl, seconds in LIFETIMES if gap_s <= seconds), None)
+
+
+@dataclass
+class RepeatSchedule:
+    """When a run's answer prompts are sent again, and so the lifetime each asks for (``cache_ttl``)."""
+
+    repeats: int = 1  #: how many times the sweep sends each answer prompt (1: not a sweep)
+    gap_s: float = 0.0  #: the longest gap seen (or expected) from a prompt's first call to its last repeat
+
+    @classmethod
+    def of(cls, repeats: int, batched: bool) -> RepeatSchedule:
+        """A run's schedule: batched prompts repeat in other jobs' batches (the hour), others right after."""
+        return cls(repeats, BATCH_GAP_S if batched and repeats > 1 else 0.0)
+
+    def ttl(self) -> str | None:
+        """The lifetime the next prompt asks for."""
+        return cache_ttl(self.repeats, self.gap_s)
+
+    def note(self, gap_s: float) -> None:
+        """A prompt's repeats were all answered ``gap_s`` after its first call began (an upper bound on when
+        the last reached the provider): the next prompts ask for a lifetime that covers it."""
+        self.gap_s = max(self.gap_s, gap_s)
+
 
 @dataclass
 class Tally:
@@ -25,12 +70,14 @@ class Tally:
     input_tokens: int = 0
     cached_input_tokens: int = 0
     cache_write_tokens: int = 0
+    cache_write_1h_tokens: int = 0  # of those, written for an hour (Anthropic's 2x write)
     saved: Fraction | None = Fraction(0)  # None once any call's saving is unknown
 
     def row(self) -> dict:
         """The endpoint's ``prompt_cache`` row in run_stats.json."""
         return {"calls": self.calls, "input_tokens": self.input_tokens,
                 "cached_input_tokens": self.cached_input_tokens, "cache_write_tokens": self.cache_write_tokens,
+                "cache_write_1h_tokens": self.cache_write_1h_tokens,
                 "hit_rate": round(self.hits / self.calls, 4) if self.calls else None,
                 "saved_usd": None if self.saved is None else round(float(self.saved), DIGITS)}
 
@@ -53,6 +100,7 @@ class PromptCacheTally:
         tally.input_tokens += u.prompt_tokens
         tally.cached_input_tokens += u.cached_tokens or 0
         tally.cache_write_tokens += u.cache_write_tokens or 0
+        tally.cache_write_1h_tokens += u.cache_write_1h_tokens or 0
         usage = billable(u.prompt_tokens, u.completion_tokens or 0, u.cached_tokens, u.cache_write_tokens,
                          u.cache_write_1h_tokens)
         saved = saved_cost(self.prices.get(label), usage, result.batched)
