@@ -18,7 +18,9 @@ its own worst case; a reservation a killed process never settled counts at its w
 spend plus what is in flight never exceeds a cap, whatever the concurrency, retries or kills.
 Batch mode reserves each item the same way, at the batch price, before its batch is created
 (runtime/batch/spend.py), and settles each outcome when it arrives (``settle_ahead``).
-Single-threaded: the ledger lives on the run's event loop (the journal's writes go to a file thread).
+Single-threaded: the ledger lives on the run's event loop. While calls go out the journal's writes
+run off it, one at a time, in asyncio's default thread pool (``Ledger.written``); ``close`` writes
+the last ones.
 """
 
 from __future__ import annotations
