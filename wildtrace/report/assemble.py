@@ -11,7 +11,8 @@ from wildtrace.core import views
 from wildtrace.report import experiments
 from wildtrace.report.statistics.stats import DEFAULT_BOOTSTRAP, Bootstrap
 from wildtrace.report.tables import (RunData, breakdowns, dedupe, group_runs, judge_agreement, judge_splits,
-                                     languages, leaderboard, leaderboard_gaps, matched, noise_rows, provenance,
+                                     languages, leaderboard, leaderboard_gaps, matched, noise_rows, prompt_cache,
+                                     provenance,
                                      replicates, with_judge_noise, with_replicate_drift)
 
 
@@ -42,6 +43,8 @@ class Report:
     ablations: pd.DataFrame = field(default_factory=pd.DataFrame)  #: ablations.csv
     reruns: pd.DataFrame = field(default_factory=pd.DataFrame)  #: reruns.csv
     languages: pd.DataFrame = field(default_factory=pd.DataFrame)  #: the All view per language, with n and interval
+    #: per run and endpoint: input tokens, cache reads and writes, hit rate, USD saved (prompt_cache.csv)
+    prompt_cache: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def build(runs: Sequence[RunData], boot: Bootstrap = DEFAULT_BOOTSTRAP) -> Report:
@@ -62,7 +65,7 @@ def build(runs: Sequence[RunData], boot: Bootstrap = DEFAULT_BOOTSTRAP) -> Repor
                   paradigms=breakdowns(groups, views.PARADIGM), tiers=breakdowns(groups, views.TIER),
                   languages=languages(groups, boot.level),
                   agreement=agreement, replicates=reps, replicate_tasks=rep_tasks,
-                  provenance=provenance(groups, duplicates), boot=boot,
+                  provenance=provenance(groups, duplicates), prompt_cache=prompt_cache(groups), boot=boot,
                   n_runs_read=len(runs), duplicates=duplicates, noise=noise_table,
                   gaps=leaderboard_gaps(groups, baseline.rename(columns={"model": "name", "point": "model"}), boot),
                   item_flips=flips, splits=judge_splits(kept))

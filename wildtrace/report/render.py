@@ -272,7 +272,7 @@ def tables(report: Report) -> dict[str, pd.DataFrame]:
            "intra_rater": intra_rater_frame(report.agreement), "intra_rater_items": report.item_flips,
            "judge_splits": report.splits, "replicates": report.replicates,
            "replicate_tasks": report.replicate_tasks, "noise": noise_frame(report.noise), "gaps": report.gaps,
-           "provenance": report.provenance}
+           "provenance": report.provenance, "prompt_cache": report.prompt_cache}
     return {name: rounded(frame) for name, frame in out.items()}
 
 
@@ -529,7 +529,11 @@ def page(report: Report, pngs: dict[str, bytes]) -> str:
                   + _table(leaderboard_view(report.leaderboard)),
         "matched-panel": "<p>Each row's mean over the tasks every row scored (%). It drops the long-context "
                          "failures the All view counts: a robustness check only.</p>" + _table(report.matched),
-        "provenance": _table(report.provenance),
+        "provenance": _table(report.provenance) + "<h3>Prompt cache</h3><p>Per run and endpoint, the calls it "
+                      "sent: input tokens, those read from the provider's cache and written to it, the hit rate (the "
+                      "share of input tokens read, %) and the USD saved (every input token a miss, less the bill; a "
+                      "write that costs more than input counts against it).</p>"
+                      + _table(report.prompt_cache, "(no call reported its input tokens)"),
     }
     sections = "".join(f'<section id="{sid}"><h2>{html.escape(title)}</h2>{body[sid]}</section>'
                        for sid, title in SECTIONS.items())

@@ -447,6 +447,22 @@ def provenance(groups: Sequence[Group], duplicates: dict[str, str]) -> pd.DataFr
     return pd.DataFrame(rows)
 
 
+def prompt_cache(groups: Sequence[Group]) -> pd.DataFrame:
+    """What the providers' prompt caches did, per run and endpoint, as run_stats.json's ``prompt_cache`` says:
+    the input tokens sent, those read from and written to the cache, the hit rate (the share of input read,
+    %) and the USD saved (every input token a miss, less the bill; a write counts against it)."""
+    rows = []
+    for g in groups:
+        for r in g.runs:
+            for endpoint, row in ((r.stats.get("prompt_cache") or {}).get("endpoints") or {}).items():
+                rows.append({"model": g.label, "run_id": r.run_id, "endpoint": endpoint, "calls": row.get("calls"),
+                             "input_tokens": row.get("input_tokens"),
+                             "cached_input_tokens": row.get("cached_input_tokens"),
+                             "cache_write_tokens": row.get("cache_write_tokens"),
+                             "hit_rate_pct": _pct(row.get("hit_rate")), "saved_usd": row.get("saved_usd")})
+    return pd.DataFrame(rows)
+
+
 # --------------------------------------------------------------------------- judge noise (issue 16)
 #: Judge reasons that mean the reply came back but held no usable total (core.judging).
 PARSE_FAILURES = (ReplyReason.EMPTY_REPLY, ReplyReason.NO_NUMERIC_TOTAL)

@@ -10,7 +10,7 @@ import datetime
 import json
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -385,6 +385,7 @@ def metrics_of(rd: RunDir) -> dict[str, float]:
     if "wall_s" in rd.stats:
         m["wall_s"] = readable.seconds(rd.stats["wall_s"])
     m.update(cost_metrics(rd.stats.get("cost") or {}))
+    m.update(prompt_cache_metrics(rd.stats.get("prompt_cache") or {}))
     return {k: float(v) for k, v in m.items()}
 
 
@@ -398,6 +399,28 @@ def cost_metrics(cost: Mapping) -> dict[str, float]:
             m[metric_name("cost_usd", label)] = readable.usd(row["cost_usd"])
     if isinstance(cost.get("not_sent_budget"), int) and cost["not_sent_budget"]:
         m["not_sent_budget"] = cost["not_sent_budget"]
+    return m
+
+
+#: A run_stats ``prompt_cache`` row's keys, each one metric per endpoint, rounded by its unit.
+PROMPT_CACHE_ROUNDING: dict[str, Callable[[Any], Any]] = {
+    "input_tokens": int, "cached_input_tokens": int, "cache_write_tokens": int, "hit_rate": readable.fraction,
+    "saved_usd": readable.usd}
+
+
+def prompt_cache_metrics(block: Mapping) -> dict[str, float]:
+    """What the providers' prompt caches did, per endpoint (``prompt_cache/<endpoint>/input_tokens``,
+    ``cached_input_tokens``, ``cache_write_tokens``, ``hit_rate``: the share of input tokens read from
+    the cache, 0–1; ``saved_usd``) and the run's ``prompt_cache/saved_usd``; an unknown saving is no
+    metric, never a 0."""
+    m: dict[str, float] = {}
+    for label, row in (block.get("endpoints") or {}).items():
+        for key, rounding in PROMPT_CACHE_ROUNDING.items():
+            value = row.get(key) if isinstance(row, Mapping) else None
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                m[metric_name("prompt_cache", label, key)] = rounding(value)
+    if isinstance(block.get("saved_usd"), (int, float)):
+        m[metric_name("prompt_cache", "saved_usd")] = readable.usd(block["saved_usd"])
     return m
 
 

@@ -11,7 +11,9 @@ the hour (Anthropic's batch guide recommends it).
 What the caches did is counted per endpoint over the calls this run sent (an outcome served from the
 harness's own cache was not sent, so no provider cache served it). The saving of a call is what it would have cost with
 every input token a miss, less what it cost (``core.cost.saved_cost``): a write that costs more than
-input (Anthropic) counts against it. run_stats.json keeps it under ``prompt_cache``.
+input (Anthropic) counts against it. The hit rate is the share of input tokens read from the
+cache (what the bill follows); ``hits`` counts the calls that read any. run_stats.json keeps it
+under ``prompt_cache``.
 """
 
 from __future__ import annotations
@@ -75,10 +77,10 @@ class Tally:
 
     def row(self) -> dict:
         """The endpoint's ``prompt_cache`` row in run_stats.json."""
-        return {"calls": self.calls, "input_tokens": self.input_tokens,
+        return {"calls": self.calls, "hits": self.hits, "input_tokens": self.input_tokens,
                 "cached_input_tokens": self.cached_input_tokens, "cache_write_tokens": self.cache_write_tokens,
                 "cache_write_1h_tokens": self.cache_write_1h_tokens,
-                "hit_rate": round(self.hits / self.calls, 4) if self.calls else None,
+                "hit_rate": round(self.cached_input_tokens / self.input_tokens, 4) if self.input_tokens else None,
                 "saved_usd": None if self.saved is None else round(float(self.saved), DIGITS)}
 
 
