@@ -101,8 +101,6 @@ def test_multirun_over_http(mlflow_server):
     assert not (tmp / "outputs" / "mlartifacts").exists()  # the server keeps the artifacts
 
 
-@pytest.mark.xfail(reason="failed after the move to MLflow's trace client (a process whose"
-                          " first request to the server failed logs no spans); to be fixed", strict=False)
 def test_a_server_that_dies_mid_run_leaves_a_run_upload_completes(tmp_path):
     """Traces of 3 tasks stored, then the server is killed: the run says not logged, keeps its id,
     and upload against the restarted server completes THAT run with no trace twice."""
@@ -134,7 +132,9 @@ def test_a_server_that_dies_mid_run_leaves_a_run_upload_completes(tmp_path):
         assert mlrun.info.run_id == run_id and mlrun.info.status == "FINISHED"
         traces = client.search_traces(locations=[experiment.experiment_id], run_id=run_id, max_results=100)
         assert sorted(t.info.tags["question_id"] for t in traces) == [f"q{i}" for i in range(5)]
-        assert all({a.name for a in t.info.assessments} == {"judge/offline"} for t in traces)
+        for t in traces:  # each assessment once (none logged twice by the upload), the one judge's among them
+            names = [a.name for a in t.info.assessments]
+            assert len(names) == len(set(names)) and [n for n in names if n.startswith("judge/")] == ["judge/offline"]
         assert read_marker(s.out_dir)["status"] == "logged"
     finally:
         stop_server(proc)
