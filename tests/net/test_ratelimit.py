@@ -176,14 +176,15 @@ def test_a_burst_of_429s_is_one_throttle_and_successes_add_back():
     ((None, {}), "end", [0.0, 0.0, 0.0]),  # no answer at all (a transport error)
 ])
 def test_the_first_attempt_goes_alone_until_its_answer_arrives(answer, at, then):
-    limit, _ = limiter(8, probe=True)
+    limit, clock = limiter(8, probe=True, probe_s=0.25)
     first = take(limit, 1000)
-    assert limit.delay_for(Cost(1000)) is None  # nothing said yet: wait for the first answer
+    clock.advance(0.1)
+    assert limit.delay_for(Cost(1000)) == pytest.approx(0.15)  # nothing said yet: wait for the first answer
     status, headers = answer
     if status is not None:
         limit.observe(first, status, headers)
     if at == "end":
-        assert limit.delay_for(Cost(1000)) is None  # an error's head alone says nothing yet
+        assert limit.delay_for(Cost(1000)) == pytest.approx(0.15)  # an error's head alone says nothing yet
         limit.release(first, status, headers)
     waits = []
     for _ in then:
@@ -192,6 +193,30 @@ def test_the_first_attempt_goes_alone_until_its_answer_arrives(answer, at, then)
         if wait == 0.0:
             take(limit, 1000)
     assert waits == [pytest.approx(w) for w in then]
+
+
+def test_the_first_answer_is_waited_for_a_bounded_time_only():
+    """A head that does not come within ``probe_s`` (a plain answer's come with its whole body):
+    the others go then, so a run without a rate limit pays a fraction of a second, not a latency."""
+    limit, clock = limiter(8, probe=True, probe_s=0.25)
+    first = take(limit, 1000)
+    clock.advance(0.25)
+    for _ in range(7):
+        take(limit, 1000)
+    assert limit.delay_for(Cost(1000)) is None  # the concurrency bound now, not the probe
+    limit.observe(first, 200, openai_headers(0, "10s"))  # a late head still paces what follows
+    limit.release(first, 200, {})
+    assert limit.delay_for(Cost(1000)) == pytest.approx(10.0)
+
+
+@pytest.mark.parametrize(("stream", "probed"), [(True, True), (False, False)])
+def test_only_a_streamed_endpoint_is_probed(stream, probed):
+    provider = make_provider(endpoint_spec(base_url="http://127.0.0.1:9/v1", max_concurrency=8, stream=stream))
+    endpoint = Endpoint(provider, "sk-test", RetryPolicy())
+    limit = endpoint.limit
+    asyncio.run(limit.acquire(Cost(1)))
+    assert (limit.delay_for(Cost(1)) != 0.0) == probed
+    asyncio.run(endpoint.aclose())
 
 
 def test_an_in_process_answerer_is_not_probed():
@@ -310,6 +335,22 @@ def test_a_bucket_that_refills_is_credited_its_refill(first, second, cost, wait)
     clock.advance(2.0)
     limit.release(take(limit, 1000), 200, openai_headers(second[0], second[1], limit_tokens=10_000))
     assert limit.delay_for(Cost(cost)) == pytest.approx(wait)
+
+
+def test_a_bucket_full_between_two_figures_is_not_taken_for_another_job():
+    """A bucket of 10000 tokens refilling 1000 a second (the longest reset seen, 2 s, spreads sends
+    at 5000 a second). 20 s between two figures refill at most what was missing (1000), not
+    20000: the rest it could not hold is nobody's use, and the sends keep the whole rate (counted
+    as another job's, they were spread at 4000 a second)."""
+    limit, clock = limiter(8)
+    limit.release(take(limit, 2000), 200, openai_headers(8000, "2s", limit_tokens=10_000))
+    clock.advance(2.0)
+    limit.release(take(limit, 1000), 200, openai_headers(9000, "1s", limit_tokens=10_000))  # refilled 2000
+    clock.advance(20.0)
+    limit.release(take(limit, 1000), 200, openai_headers(9000, "1s", limit_tokens=10_000))  # full, then 1000 sent
+    clock.advance(0.2)
+    take(limit, 1000)
+    assert limit.delay_for(Cost(1000)) == pytest.approx(0.2)  # 1000 tokens at the whole 5000 a second
 
 
 def test_a_streams_headers_pace_before_its_body_ends():

@@ -73,7 +73,7 @@ class CallLoop:
         # The endpoint-wide pause after a 429/529 never outlasts what the retry rule itself would wait.
         self.limit = AdaptiveLimit(spec.max_concurrency,
                                    pause_max_s=min(60.0, retry.backoff_max_s, retry.retry_after_max_s),
-                                   probe=not local)
+                                   probe=not local and sender.streaming)
         self.retries = 0
         self.temperature_dropped = False
         self.budget_lowered: int | None = None  # the documented limit sent since the endpoint rejected more

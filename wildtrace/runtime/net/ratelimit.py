@@ -14,12 +14,13 @@ when its status and headers arrive (a streamed answer's come first), and
   longest reset it reported: the window is learned, not assumed). What is left is the provider's
   latest figure less what this limiter sent since, so several jobs on one key pace on the
   provider's count. Known budgets never halve the concurrency.
-- **The first answer is waited for.** Until an endpoint's first answer arrives (its status and
-  headers: a stream's come at its first byte, before its body), one attempt goes alone: what the
-  headers say paces the rest, instead of a first burst of ``max_concurrency`` sent blind. The wait
-  ends with that first answer's head (or its end, if it fails before one), headers or not, so an
-  endpoint that sends none waits one first byte, not one call per call. In-process answerers are
-  not probed.
+- **The first answer is waited for, briefly.** Until a streamed endpoint's first answer arrives
+  (its status and headers come at its first byte, before its body), one attempt goes alone: what
+  the headers say paces the rest, instead of a first burst of ``max_concurrency`` sent blind. The
+  wait ends with that first answer's head (or its end, if it fails before one), headers or not,
+  and after ``PROBE_S`` at most, so an endpoint that sends no early head (a plain answer's headers
+  come with its whole body) costs a run without a rate limit a fraction of a second, not one
+  latency. Plain (non-streamed) and in-process endpoints are not probed.
 - **A burst of 429s is one throttle.** Attempts sent before a throttle was seen answer 429 together;
   only a 429 for an attempt sent after it is a new throttle. A throttle pauses the endpoint for the
   server's hint (else for the budget's reset, else for a pause that doubles with each throttle in
@@ -60,6 +61,10 @@ _GO_UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0
 _MAX_RESET_S = 86_400.0
 #: Attempts remembered for taking a late figure's count forward (far more than are ever in flight).
 SENT_KEPT = 4096
+#: The longest the first attempt goes alone waiting for its answer's head (``AdaptiveLimit(probe=True)``):
+#: a streamed answer's head comes within a network round trip or so; a provider slower than this
+#: to start answering gets its first burst sent blind, and its 429s (with their headers) pace the rest.
+PROBE_S = 0.25
 #: However much other jobs take, a job's sends are spread at no less than this share of a window's rate.
 MIN_SHARE = 1 / 16
 
@@ -254,10 +259,11 @@ class AdaptiveLimit:
         pause_base_s: float = 0.5,
         pause_max_s: float = 60.0,
         probe: bool = True,
+        probe_s: float = PROBE_S,
     ) -> None:
         """``clock`` schedules (monotonic); ``wall`` reads absolute reset times (epoch seconds).
         ``pause_base_s`` is the first pause after a throttle that says nothing of when to come back;
-        ``probe``: the first attempt goes alone until its answer's head arrives."""
+        ``probe``: the first attempt goes alone until its answer's head arrives, for ``probe_s`` at most."""
         if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int) or max_concurrency < 1:
             raise ValueError(f"max_concurrency must be an integer >= 1, got {max_concurrency!r}")
         self.max_concurrency = max_concurrency
@@ -271,7 +277,9 @@ class AdaptiveLimit:
         self._throttle_mark = 0  # grants from here on were let through after the last throttle was seen
         self._throttles_in_a_row = 0
         self._paused_until = -math.inf
-        self._probing = probe  # no answer seen yet: one attempt at a time
+        self._probing = probe  # no answer seen yet: one attempt at a time …
+        self._probe_s = probe_s
+        self._probe_until = math.inf  # … until this (set when the first attempt goes)
         self._budgets: dict[str, _Budget] = {}
         #: Attempts let through since the oldest figure in use (the first figure may answer any of them).
         self._sent: collections.deque[Grant] = collections.deque(maxlen=SENT_KEPT)
@@ -300,8 +308,12 @@ class AdaptiveLimit:
             budget.roll(now, self._seq - 1)
         if now < self._paused_until:
             return self._paused_until - now
-        if self._in_flight >= self._limit or (self._probing and self._in_flight > 0):
+        if self._in_flight >= self._limit:
             return None
+        if self._probing and self._in_flight > 0:
+            if now < self._probe_until:
+                return self._probe_until - now
+            self._probing = False  # no head in time: the others go blind
         waits = [0.0]
         for name, budget in self._budgets.items():
             need = cost.against(name)
@@ -324,6 +336,8 @@ class AdaptiveLimit:
         self._in_flight += 1
         grant = Grant(self._seq, cost)
         self._seq += 1
+        if self._probing:
+            self._probe_until = min(self._probe_until, now + self._probe_s)
         for name, budget in self._budgets.items():
             budget.spread(cost.against(name), now)
         self._sent.append(grant)
