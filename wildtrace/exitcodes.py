@@ -67,7 +67,7 @@ class ArgumentParser(argparse.ArgumentParser):
     and whose ``--help`` says what the command is before its usage."""
 
     def format_help(self) -> str:
-        """The description first, then argparse's usage and options."""
+        """The description first (as plain text), then argparse's usage and options."""
         description, self.description = self.description, None
         try:
             rest = super().format_help()
@@ -76,7 +76,7 @@ class ArgumentParser(argparse.ArgumentParser):
         if not description:
             return rest
         formatter = self._get_formatter()
-        formatter.add_text(description)
+        formatter.add_text(description.replace("``", ""))  # a module docstring's literals, as plain text
         return formatter.format_help() + "\n" + rest
 
     def error(self, message: str) -> NoReturn:

@@ -261,6 +261,7 @@ def test_each_help_describes_its_own_entry_point_first(tmp_path: Path, command: 
     proc = cli(*command, "--help", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert first in proc.stdout.splitlines()[0], proc.stdout[:300]
+    assert "``" not in proc.stdout  # plain text, not a docstring's markup
     assert list(tmp_path.iterdir()) == []
 
 
