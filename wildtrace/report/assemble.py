@@ -9,6 +9,7 @@ import pandas as pd
 
 from wildtrace.core import views
 from wildtrace.report import experiments
+from wildtrace.report.family import family_frame
 from wildtrace.report.statistics.stats import DEFAULT_BOOTSTRAP, Bootstrap
 from wildtrace.report.tables import (RunData, breakdowns, dedupe, group_runs, judge_agreement, judge_splits,
                                      languages, leaderboard, leaderboard_gaps, matched, noise_rows, prompt_cache,
@@ -45,6 +46,8 @@ class Report:
     languages: pd.DataFrame = field(default_factory=pd.DataFrame)  #: the All view per language, with n and interval
     #: per run and endpoint: input tokens, cache reads and writes, hit rate, USD saved (prompt_cache.csv)
     prompt_cache: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: family.csv: per judge, its offset on same-family contestants against the others' (report.family)
+    family: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def build(runs: Sequence[RunData], boot: Bootstrap = DEFAULT_BOOTSTRAP) -> Report:
@@ -59,11 +62,13 @@ def build(runs: Sequence[RunData], boot: Bootstrap = DEFAULT_BOOTSTRAP) -> Repor
     found = experiments.recognise(groups)
     noise_table = noise_rows(groups, boot)
     baseline = experiments.baseline_board(groups, boot)
+    base = experiments.baselines(groups)
     return Report(experiments=found, baseline=baseline,
                   sweeps=experiments.sweeps_frame(found, boot), ablations=experiments.ablations_frame(found, boot),
                   reruns=experiments.reruns_frame(found, noise_table), leaderboard=board, matched=matched(groups),
                   paradigms=breakdowns(groups, views.PARADIGM), tiers=breakdowns(groups, views.TIER),
                   languages=languages(groups, boot.level),
+                  family=family_frame([base[m] for m in sorted(base)], boot.level),
                   agreement=agreement, replicates=reps, replicate_tasks=rep_tasks,
                   provenance=provenance(groups, duplicates), prompt_cache=prompt_cache(groups), boot=boot,
                   n_runs_read=len(runs), duplicates=duplicates, noise=noise_table,

@@ -48,7 +48,7 @@ def _override_parts(run: Any, described: set[str]) -> list[str]:
         bare = key.lstrip("+~")
         top = bare.split(".", 1)[0]
         if (top in RUN_SPECIFIC or top == "hydra" or bare.endswith(".replicate") or "." not in bare
-                or bare in described or bare.startswith("judge_panel.judges.")):
+                or bare in described or bare.startswith("judge_panel.judges.") or bare.endswith(".family")):
             continue
         parts.append(f"{bare}={value}")
     return parts

@@ -23,6 +23,7 @@ import pandas as pd
 
 from wildtrace.report.statistics.noise import interpretation
 from wildtrace.report.assemble import Report
+from wildtrace.report.family import HOW_TO, shown
 
 #: Section ids of report.html, in page order, with their headings.
 SECTIONS = {
@@ -31,6 +32,7 @@ SECTIONS = {
     "ablations": "Judge-panel ablations",
     "reruns": "Reruns: how far the same setting moves",
     "judge-agreement": "Judge agreement",
+    "judge-family": "Judge family check",
     "judge-splits": "Where the judges split",
     "paradigms-tiers": "Languages, paradigms and context tiers",
     "points": "Every point read",
@@ -272,7 +274,7 @@ def tables(report: Report) -> dict[str, pd.DataFrame]:
            "intra_rater": intra_rater_frame(report.agreement), "intra_rater_items": report.item_flips,
            "judge_splits": report.splits, "replicates": report.replicates,
            "replicate_tasks": report.replicate_tasks, "noise": noise_frame(report.noise), "gaps": report.gaps,
-           "provenance": report.provenance, "prompt_cache": report.prompt_cache}
+           "family": report.family, "provenance": report.provenance, "prompt_cache": report.prompt_cache}
     return {name: rounded(frame) for name, frame in out.items()}
 
 
@@ -489,6 +491,24 @@ def _ablations_html(report: Report) -> str:
             "score moved most.</p>" + _term("paired") + _table(report.ablations.drop(columns=["experiment"])))
 
 
+#: The spec's claim the family check is read against (§4), word for word.
+SPEC_FAMILY_CLAIM = ("simple mean, no same-family exclusion — we verified family judges show no measurable bias "
+                     "on this set")
+
+
+def _family_html(report: Report) -> str:
+    claim = f"<p>The spec (§4): <q>{html.escape(SPEC_FAMILY_CLAIM)}</q>.</p>"
+    if not shown(report.family):
+        return claim + f"<p><em>{html.escape(HOW_TO)}</em></p>"
+    return (claim + "<p>Per judge, over the baseline leaderboard's models: its <em>offset</em> on a task is its "
+            "score minus the other judges' mean on the same answer; <em>family bias</em> is its mean offset on "
+            "contestants of its own family minus its mean offset on the other contestants (pp), with a paired t "
+            "interval over tasks, Holm-adjusted across the judges (<em>distinguishable</em>: p_holm &lt; 0.05). "
+            "A judge that is only harsher or more lenient than the others moves both offsets alike. The last "
+            "columns re-rank the models with that judge dropped from the panel mean: the ranks that move and "
+            "Kendall τ against the full panel's ranking.</p>" + _table(report.family))
+
+
 def _reruns_html(report: Report, pngs: dict[str, bytes]) -> str:
     intra = intra_rater_frame(report.agreement)
     return ("<p>Each point with two or more runs: the spread of its score over the runs, the variance split and "
@@ -515,6 +535,7 @@ def page(report: Report, pngs: dict[str, bytes]) -> str:
         "ablations": _ablations_html(report),
         "reruns": _reruns_html(report, pngs),
         "judge-agreement": _judge_agreement_html(report, pngs),
+        "judge-family": _family_html(report),
         "judge-splits": "<p>Rubric items where the judges of one run gave different points to the same answer, "
                         "most often first (top 20): each judge's mean points for the item.</p>"
                         + _table(_rates_in_pct(report.splits),

@@ -82,6 +82,10 @@ def _comparable_config(run: RunData) -> dict:
     dataset = c.get("dataset", {})
     for path_key in ("tasks", "corpus"):
         dataset.pop(path_key, None)
+    c.get("model", {}).pop("family", None)  # a label for the judge-family check, not what the run was asked
+    for spec in (c.get("judge_panel", {}).get("judges") or {}).values():
+        if isinstance(spec, dict):
+            spec.pop("family", None)
     c["_tasks_sha256"] = (run.stats.get("dataset") or {}).get("tasks_sha256")
     c["_effective_max_tokens"] = run.stats.get("effective_max_tokens")
     return c
@@ -616,7 +620,7 @@ def judge_identity(run: RunData) -> dict[str, Any]:
     for label, spec in (panel.get("judges") or {}).items():
         spec = spec if isinstance(spec, dict) else {}
         judges[label] = {"route": spec.get("route"), "served": ",".join(map(str, served.get(label) or [])),
-                         "settings": _sha({**{k: v for k, v in spec.items() if k not in ("route", "name")},
+                         "settings": _sha({**{k: v for k, v in spec.items() if k not in ("route", "name", "family")},
                                            "temperature": panel.get("temperature"),
                                            "max_tokens": panel.get("max_tokens")})}
     return {"judges": judges, "prompt": run.stats.get("prompts_sha256")}
