@@ -118,3 +118,51 @@ def test_sorting_by_the_panel_spread_finds_where_the_judges_disagree_most(store)
             assert got[f"judge/{key}"].span_id == judge_spans[f"judge {key}"]
             assert got[f"judge/{key}"].run_id == run_id
             assert got[f"judge/{key}"].source.source_id == f"lexical-judge-{key}"
+
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "mlflow" / "mlflow.md"
+
+
+def docs_example() -> tuple[str, str]:
+    """The docs' paragraph on finding where the judges disagree, and its Python block, as printed."""
+    text = DOCS.read_text(encoding="utf-8")
+    section = text[text.index("**Finding the tasks where the judges disagree"):]
+    prose, _, rest = section.partition("```python\n")
+    return prose, rest.partition("```")[0]
+
+
+def spreads_of(run_dir: Path, run_id: str) -> dict[tuple[str, str], float]:
+    """(run id, task) → the judges' spread (max − min), computed from judgments.json."""
+    return {(run_id, q): round(max(s) - min(s), 4) for q, s in judge_scores(run_dir).items() if len(s) >= 2}
+
+
+def test_the_docs_filter_and_sort_work_as_printed(store, monkeypatch, capsys):
+    """The docs' Python block, run as printed in a folder whose outputs/ holds the store: the UI's filter
+    string finds every trace at t = 0.4 (the full panel's and the ablation's), sorted by the panel's
+    spread, widest first; the feedback filter finds the spreads of 0.5 and more."""
+    import mlflow
+
+    prose, block = docs_example()
+    assert "filter_string=\"tags.`decoding.temperature` = '0.4'\"" in block
+    assert "``tags.`decoding.temperature` = '0.4'``" in prose  # what the UI's filter sends is what Python runs
+    runs, dirs = store["run_ids"], store["dirs"]
+    spreads = {**spreads_of(dirs["full"], runs["full"]), **spreads_of(dirs["ablation"], runs["ablation"])}
+    monkeypatch.chdir(store["root"])
+    scope: dict = {}
+    try:
+        exec(compile(block, str(DOCS), "exec"), scope)  # the docs' own example, run as printed
+    finally:
+        mlflow.set_tracking_uri(None)
+    traces, wide = scope["traces"], scope["wide"]
+    got = [(t.info.request_metadata["mlflow.sourceRun"], t.info.tags["question_id"]) for t in traces]
+    assert len(got) == len(set(got)) == 20 and {r for r, _ in got} == {runs["full"], runs["ablation"]}
+    tagged = [spreads[k] for k in got if k in spreads]
+    assert tagged == sorted(spreads.values(), reverse=True) and tagged[0] > tagged[-1]
+    assert all(float(t.info.tags["panel.spread"]) == spreads[k] for t, k in zip(traces, got, strict=True)
+               if k in spreads)
+    printed = capsys.readouterr().out.splitlines()
+    assert [line.split() for line in printed] == [[q, f"{spreads[(r, q)]:.4f}", r] for r, q in got[:5]]
+    every = {**spreads, **spreads_of(dirs["cool"], runs["cool"])}  # the feedback filter reads all three runs
+    wanted = {k for k, v in every.items() if v >= 0.5}
+    assert wanted and wanted != set(every)
+    assert {(t.info.request_metadata["mlflow.sourceRun"], t.info.tags["question_id"]) for t in wide} == wanted
