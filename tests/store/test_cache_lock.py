@@ -99,7 +99,7 @@ def test_a_holder_cancelled_after_storing_releases_the_lock_and_removes_its_file
 
 
 def test_a_task_cancelled_while_its_lock_file_opens_leaves_no_descriptor_open(tmp_path: Path, monkeypatch) -> None:
-    """The lock file opens on a file thread; a task cancelled meanwhile closes what arrives after it."""
+    """The lock file opens in the thread pool; a task cancelled meanwhile closes what arrives after it."""
     import threading
     import time
 
