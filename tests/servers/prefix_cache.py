@@ -7,7 +7,9 @@
   refreshed on each read) ``cache_read_input_tokens``; ``input_tokens`` is the rest.
 - Gemini: implicit, for prompts of 1,024 tokens or more; a repeat reports ``cachedContentTokenCount``.
 
-A token is 4 bytes of the prompt. The answer never depends on the cache: an uncached run answers the same.
+A token is 4 bytes of the prompt. The answer never depends on the cache (an uncached run answers the
+same), and names the temperature it was asked at (an answer filed under another point's key shows).
+``hold=False`` caches nothing: every call a miss, as a provider without a prompt cache.
 A prompt is held once its first call has been answered (``latency_s`` after it arrived): a call that
 arrives while the first is still in flight misses, as at the providers.
 """
@@ -33,6 +35,13 @@ def tokens_of(text: str) -> int:
     return math.ceil(len(text.encode("utf-8")) / 4)
 
 
+def answer_to(body: dict) -> str:
+    """The answer, naming the temperature the request asked for (OpenAI, Anthropic, Gemini bodies)."""
+    config = body.get("generationConfig")
+    temperature = body.get("temperature", config.get("temperature") if isinstance(config, dict) else None)
+    return ANSWER if temperature is None else f"{ANSWER} (temperature {temperature})"
+
+
 @dataclass
 class PrefixCache:
     """One provider's prompt cache: prompt → when it expires."""
@@ -40,6 +49,7 @@ class PrefixCache:
     shape: str  # openai | anthropic | gemini
     latency_s: float = 0.0  # how long each reply takes
     clock: float = 0.0  # added to time.monotonic() (a test may age the cache)
+    hold: bool = True  # False: nothing is ever held (an uncached provider)
     held: dict[str, tuple[float, float]] = field(default_factory=dict)  # prompt -> (held from, until)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -48,6 +58,8 @@ class PrefixCache:
 
     def lookup(self, prompt: str, lifetime_s: float) -> bool:
         """Whether the prompt is held now; (re)holds it for ``lifetime_s`` from when this call is answered."""
+        if not self.hold:
+            return False
         with self.lock:
             now = self.now()
             start, until = self.held.get(prompt, (0.0, -1.0))
@@ -56,7 +68,7 @@ class PrefixCache:
             return hit
 
     def __call__(self, call: Call) -> Reply:
-        text = ANSWER if call.route == "bench-model" or "Question" in call.prompt else GRADE
+        text = answer_to(call.body) if call.route == "bench-model" or "Question" in call.prompt else GRADE
         tokens = tokens_of(call.prompt)
         if self.shape == "anthropic":
             return Reply(200, self._anthropic(call, tokens, text), delay_s=self.latency_s)
