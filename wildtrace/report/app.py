@@ -24,6 +24,9 @@ class BootstrapConfig:
     resamples: int = 2000  #: resamples of the tasks
     seed: int = 0  #: numpy seed (a report is reproducible)
     level: float = 0.95  #: two-sided interval level
+    #: resample documents, not tasks, for the baseline scores' intervals (tasks sharing a document move
+    #: together), and print each score's design effect (that variance over the tasks' one)
+    by_document: bool = False
 
 
 @dataclass
@@ -78,7 +81,8 @@ def make_report(cfg: ReportConfig, out_dir: Path) -> tuple[Report, str | None]:
     else:
         runs = sources.from_mlflow(cfg.mlflow.tracking_uri, cfg.mlflow.experiment, r.filter, r.max_runs,
                                    r.with_responses, r.with_judgments)
-    report = build(runs, Bootstrap(r.bootstrap.resamples, r.bootstrap.seed, r.bootstrap.level))
+    report = build(runs, Bootstrap(r.bootstrap.resamples, r.bootstrap.seed, r.bootstrap.level,
+                                 r.bootstrap.by_document))
     render.write(report, out_dir)
     run_id = None
     if cfg.mlflow.log_report and runs:

@@ -308,12 +308,36 @@ def rank_intervals(points: Sequence[Group], boot: Bootstrap = DEFAULT_BOOTSTRAP)
                          "p_rank1_pct": 100.0 * (ranks == 1).mean(axis=0)})
 
 
+def documents_of(runs: Iterable[RunData]) -> dict[str, str]:
+    """question_id → its document (responses.json's corpus file, else its sha256), where read."""
+    out: dict[str, str] = {}
+    for run in runs:
+        for r in run.responses or []:
+            doc = r.get("document") if isinstance(r, dict) else None
+            if isinstance(doc, dict) and (doc.get("corpus_file") or doc.get("sha256")):
+                out.setdefault(str(r.get("question_id")), str(doc.get("corpus_file") or doc.get("sha256")))
+    return out
+
+
+def document_columns(own: np.ndarray, tasks: Sequence[str], documents: dict[str, str],
+                     boot: Bootstrap) -> dict[str, Any]:
+    """With ``boot.by_document``: the score's interval resampling documents (from SMALL_N tasks; a
+    t interval below) and its design effect; a task whose document is unknown is its own."""
+    found = stats.cluster_interval(own, [documents.get(q, q) for q in tasks], boot)
+    low, high = found["ci_low"], found["ci_high"]
+    if len(own) < stats.SMALL_N:
+        low, high = stats.mean_interval(list(own), boot.level)
+    return {"ci_low_pct": _pct(low), "ci_high_pct": _pct(high), "n_documents": found["n_clusters"],
+            "design_effect": found["design_effect"]}
+
+
 def baseline_board(groups: Sequence[Group], boot: Bootstrap = DEFAULT_BOOTSTRAP) -> pd.DataFrame:
     """The leaderboard of the baseline setting: one row per model, its settings as columns."""
     base = baselines(groups)
     points = [base[m] for m in sorted(base)]
     ranks = rank_intervals(points, boot)
     tasks = universe([r for g in points for r in g.runs])
+    documents = documents_of(r for g in points for r in g.runs) if boot.by_document else {}
     rows = []
     for g, (_, rank) in zip(points, ranks.iterrows(), strict=True):
         run = g.runs[0]
@@ -332,6 +356,7 @@ def baseline_board(groups: Sequence[Group], boot: Bootstrap = DEFAULT_BOOTSTRAP)
             "rank": int(rank["rank"]), "rank_ci_low": int(rank["rank_ci_low"]),
             "rank_ci_high": int(rank["rank_ci_high"]), "p_rank1_pct": rank["p_rank1_pct"],
             "not_spec_setting": "; ".join(deviations(run)),
+            **(document_columns(own, tasks, documents, boot) if boot.by_document else {}),
         })
     frame = pd.DataFrame(rows)
     if len(frame):

@@ -307,7 +307,10 @@ def _method(report: Report) -> str:
     n = len(report.duplicates)
     return (f"{report.n_runs_read} runs read, {n} identical duplicate{'' if n == 1 else 's'} counted once. "
             f"Intervals: percentile bootstrap over tasks, {b.resamples} resamples, seed {b.seed}, "
-            f"{100 * b.level:g}% level. Scores in %; differences and spreads in percentage points (pp).")
+            f"{100 * b.level:g}% level"
+            + ("; the baseline scores' intervals resample documents (a document's tasks together), "
+               "design_effect their variance over the task bootstrap's" if b.by_document else "")
+            + ". Scores in %; differences and spreads in percentage points (pp).")
 
 
 def leaderboard_md(report: Report) -> str:

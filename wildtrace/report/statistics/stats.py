@@ -23,6 +23,8 @@ class Bootstrap:
     resamples: int = RESAMPLES  #: number of resamples of the tasks (with replacement)
     seed: int = SEED  #: numpy Generator seed, so a report is reproducible
     level: float = LEVEL  #: two-sided coverage, 0.95 → the 2.5th and 97.5th percentiles
+    #: resample documents (every task of a document together) for a score's interval, with its design effect
+    by_document: bool = False
 
 
 #: The default of every ``boot`` parameter (frozen, so one shared instance is safe).
@@ -100,6 +102,30 @@ def scored_interval(matrix: np.ndarray, boot: Bootstrap = Bootstrap()) -> tuple[
     if as_matrix(matrix).shape[0] == 0:
         return None, None
     return _percentiles(_bootstrap(matrix, boot, _scored_of_draws), boot.level)
+
+
+def cluster_interval(values: np.ndarray | Sequence[float], clusters: Sequence[str], boot: Bootstrap = DEFAULT_BOOTSTRAP
+                     ) -> dict[str, float | int | None]:
+    """The mean of per-task values with a percentile bootstrap that resamples clusters (tasks sharing
+    a document; drawn by index in order of first appearance) with replacement, each draw's mean over
+    the tasks it drew; and the design effect, the variance of those draws over the variance of draws
+    of single tasks (same resamples and seed)."""
+    v = np.asarray(values, dtype=float)
+    import pandas as pd
+
+    # in order of appearance, so a document per task draws exactly the task bootstrap's resamples
+    index, labels = pd.factorize(np.asarray(clusters, dtype=str))
+    out: dict[str, float | int | None] = {"ci_low": None, "ci_high": None, "design_effect": None,
+                                          "n_clusters": len(labels)}
+    if len(labels) < 2:
+        return out
+    sums, sizes = np.bincount(index, weights=v), np.bincount(index).astype(float)
+    idx = np.random.default_rng(boot.seed).integers(0, len(labels), size=(boot.resamples, len(labels)))
+    draws = sums[idx].sum(axis=1) / sizes[idx].sum(axis=1)
+    out["ci_low"], out["ci_high"] = _percentiles(draws, boot.level)
+    iid = _bootstrap(v, boot, _all_of_draws)
+    out["design_effect"] = float(draws.var() / iid.var()) if iid.var() > 0 else None
+    return out
 
 
 def pearson(a: Sequence[float], b: Sequence[float]) -> float | None:
