@@ -15,6 +15,7 @@ from the endpoint's first request to the last answer: the share of the limit's r
     python benchmarks/ratelimit.py                       # every configuration, all at once (~7 min)
     python benchmarks/ratelimit.py --windows 1 6         # some windows only
     python benchmarks/ratelimit.py --limits bucket --jobs 1   # some limits, one job only
+    python benchmarks/ratelimit.py --headers none        # endpoints that send no rate headers only
 """
 
 from __future__ import annotations
@@ -93,16 +94,17 @@ def measure(config: Config) -> dict:
             "admitted": limit.admitted, "failed": sum(failed), "elapsed_s": elapsed}
 
 
-def configurations(windows: list[float], limits: list[str], jobs: list[int]) -> list[Config]:
+def configurations(windows: list[float], limits: list[str], jobs: list[int],
+                   dialects: tuple[str, ...] = ("openai", "anthropic", "none")) -> list[Config]:
     found = []
     for window in windows:
         tasks = 40 if window >= 60 else 200
         for latency, concurrency in ((0.1, 8), (2.0, 24)):
-            for dialect in ("openai", "anthropic", "none"):
+            for dialect in dialects:
                 for bucket in [b for b in (False, True) if ("bucket" if b else "fixed") in limits and 1 in jobs]:
                     found.append(Config(window, latency, dialect, bucket, tasks, concurrency))
         if window < 60 and 2 in jobs and "fixed" in limits:
-            for dialect in ("openai", "anthropic", "none"):
+            for dialect in dialects:
                 found.append(Config(window, 0.1, dialect, False, 200, 8, jobs=2))
     return found
 
@@ -112,8 +114,10 @@ def main() -> None:
     parser.add_argument("--windows", type=float, nargs="+", default=[1.0, 6.0, 60.0])
     parser.add_argument("--limits", nargs="+", choices=["fixed", "bucket"], default=["fixed", "bucket"])
     parser.add_argument("--jobs", type=int, nargs="+", choices=[1, 2], default=[1, 2])
+    parser.add_argument("--headers", nargs="+", choices=["openai", "anthropic", "none"],
+                        default=["openai", "anthropic", "none"])
     args = parser.parse_args()
-    configs = configurations(args.windows, args.limits, args.jobs)
+    configs = configurations(args.windows, args.limits, args.jobs, tuple(args.headers))
     figures: dict[Config, dict] = {}
     threads = [threading.Thread(target=lambda c=c: figures.__setitem__(c, measure(c))) for c in configs]
     for thread in threads:

@@ -145,24 +145,127 @@ def test_max_concurrency_is_checked(bad):
 # Throttles, pacing and recovery on a fake clock
 # --------------------------------------------------------------------------------------
 
-def test_a_burst_of_429s_is_one_throttle_and_successes_add_back():
-    limit, clock = limiter(8, increase_after=3, pause_base_s=0.5)
+def admit(limit: AdaptiveLimit, cost: int, n: int = 1) -> None:
+    """``n`` attempts let through now and answered 2xx (no headers) at once."""
+    for _ in range(n):
+        limit.release(take(limit, cost), 200, {})
+
+
+def test_a_burst_of_429s_is_one_throttle_and_the_concurrency_stays():
+    limit, clock = limiter(8, pause_base_s=0.5)
     burst = [take(limit, 1) for _ in range(7)]
-    for grant in burst:  # seven answered 429 together: one throttle, one halving, one pause
+    for grant in burst:  # seven answered 429 together: one throttle, one pause, the same slots
         limit.release(grant, 429, {})
-    assert (limit.throttled, limit.throttles, limit.limit) == (7, 1, 4)
+    assert (limit.throttled, limit.throttles, limit.limit) == (7, 1, 8)
     assert limit.delay_for(Cost(1)) == pytest.approx(0.5)
     clock.advance(0.5)
     later = take(limit, 1)
     limit.release(later, 429, {})  # sent after the throttle was seen: a new one, the pause doubles
-    assert (limit.throttles, limit.limit, limit.delay_for(Cost(1))) == (2, 2, pytest.approx(1.0))
+    assert (limit.throttles, limit.limit, limit.delay_for(Cost(1))) == (2, 8, pytest.approx(1.0))
+
+
+# --------------------------------------------------------------------------------------
+# Without budget headers: the limit learned from 429s
+# --------------------------------------------------------------------------------------
+
+def learned(pause_base_s: float = 0.5) -> tuple[AdaptiveLimit, FakeClock]:
+    """Eight attempts of 1000 tokens admitted at once, a 429 2 s later, the search's first pause
+    (2 s: as long as the limit took to meet), one attempt at a time until one is admitted at 4 s:
+    a window of 4 s that held 8000 tokens, paced at 1800 a second and 1.8 requests (the 0.9 margin)."""
+    limit, clock = limiter(8, pause_base_s=pause_base_s)
+    admit(limit, 1000, 8)
+    clock.advance(2.0)
+    limit.release(take(limit, 1000), 429, {})
+    assert limit.delay_for(Cost(1000)) == pytest.approx(2.0)  # max(0.5, the 2 s it took)
+    clock.advance(2.0)
+    probe = take(limit, 1000)
+    assert limit.delay_for(Cost(1000)) is None  # searching: one attempt at a time
+    limit.observe(probe, 200, {})
+    limit.release(probe, 200, {})
+    return limit, clock
+
+
+def test_without_headers_the_first_throttle_searches_and_learns_the_rate():
+    limit, _ = learned()
+    assert limit.delay_for(Cost(1000)) == 0.0
+    take(limit, 1000)
+    assert limit.delay_for(Cost(1000)) == pytest.approx(1000 / 1800)  # 1800 tokens a second
+    assert limit.delay_for(Cost(100)) == pytest.approx(1 / 1.8)  # and 1.8 requests a second
+
+
+def test_a_search_probe_refused_doubles_the_pause():
+    limit, clock = limiter(8, pause_base_s=0.5)
+    admit(limit, 1000, 4)
     clock.advance(1.0)
-    for expected in (2, 2, 3, 3, 3, 4):
-        limit.release(take(limit, 1), 200, {})
-        assert limit.limit == expected
-    for _ in range(100):
-        limit.release(take(limit, 1), 200, {})
-    assert limit.limit == 8  # recovered, never above the configured maximum
+    limit.release(take(limit, 1000), 429, {})
+    clock.advance(1.0)
+    limit.release(take(limit, 1000), 429, {})  # the first probe: still refused
+    assert limit.delay_for(Cost(1000)) == pytest.approx(2.0)
+
+
+def test_a_learned_window_holds_no_more_than_its_share():
+    """Over any 4 s the learned limit allows 7200 tokens and 7.2 requests: the sends spread at 1800
+    tokens a second, and what the window already holds (the probe at 4 s, six more since) is waited
+    out where the spacing alone would let the next one go."""
+    limit, clock = learned()
+    for _ in range(6):
+        take(limit, 1000)
+        clock.advance(1000 / 1800)
+    assert limit.delay_for(Cost(1000)) == pytest.approx(8.0 - (4 + 6 * 1000 / 1800))  # until the probe leaves
+
+
+def test_a_later_throttle_sets_the_rate_to_what_was_admitted_over_the_window():
+    limit, clock = learned()
+    clock.advance(4.0)
+    for _ in range(4):  # 4000 tokens admitted in the trailing 4 s, then a 429
+        admit(limit, 1000)
+        clock.advance(1000 / 1800)
+    limit.release(take(limit, 1000), 429, {})
+    clock.advance(4.0)
+    take(limit, 1000)
+    assert limit.delay_for(Cost(1000)) == pytest.approx(1000 / (0.9 * 4000 / 4))  # 900 a second
+
+
+def test_a_throttle_with_nothing_admitted_halves_the_rate():
+    limit, clock = learned()
+    clock.advance(10.0)  # the window empty
+    limit.release(take(limit, 1000), 429, {})
+    clock.advance(4.0)
+    take(limit, 1000)
+    assert limit.delay_for(Cost(1000)) == pytest.approx(1000 / 900)
+
+
+@pytest.mark.parametrize(("throttled", "rate"), [
+    (False, 1800 * 1.02 ** 2),  # before a later throttle: by a share of itself (the search may have overshot)
+    (True, 900 + 2 * 0.02 * 1000 / 4),  # after: by a share of an attempt a window
+])
+def test_successes_raise_a_learned_rate(throttled, rate):
+    limit, clock = learned()
+    if throttled:
+        clock.advance(10.0)
+        limit.release(take(limit, 1000), 429, {})  # nothing admitted: 900 a second
+    for _ in range(2):
+        clock.advance(10.0)
+        admit(limit, 1000)
+    clock.advance(10.0)
+    take(limit, 1000)
+    assert limit.delay_for(Cost(1000)) == pytest.approx(1000 / rate)
+
+
+def test_a_learned_limit_counts_input_output_and_requests_apart():
+    """An answer's ``max_tokens`` (counted when it arrives, as OpenAI and Anthropic do) is paced on
+    its own: 8 attempts of 1000 input and 100 output tokens in the first 4 s teach 1800 input and
+    180 output tokens a second; one asking for 400 output tokens holds the next for 400 / 180 s,
+    where its input alone would hold it for 1000 / 1800."""
+    limit, clock = limiter(8)
+    for _ in range(8):
+        limit.release(take(limit, Cost(1000, 100)), 200, {})
+    clock.advance(2.0)
+    limit.release(take(limit, Cost(1000, 100)), 429, {})
+    clock.advance(2.0)
+    limit.release(take(limit, Cost(1000, 100)), 200, {})
+    take(limit, Cost(1000, 400))
+    assert limit.delay_for(Cost(1000, 100)) == pytest.approx(400 / 180)
 
 
 @pytest.mark.parametrize(("answer", "at", "then"), [

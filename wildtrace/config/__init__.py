@@ -135,7 +135,7 @@ class EndpointConfig:
     stream: bool = True
     #: How the OpenAI-compatible dialect reads decoding.reasoning_effort (null = the wire format's own).
     reasoning_format: Optional[str] = None
-    #: Requests in flight at once (the adaptive limit may go lower under rate limits, never higher).
+    #: Requests in flight at once (under a rate limit the sends are paced, the bound unchanged).
     max_concurrency: int = 16
     #: The longest silence allowed on the connection: between bytes when streamed, for the whole body if not.
     timeout_s: float = 600.0

@@ -1,4 +1,4 @@
-"""An endpoint's pacing at its rate limit: a token budget per window, and concurrency that recovers.
+"""An endpoint's pacing at its rate limit: a token budget per window, stated or learned from 429s.
 
 One ``AdaptiveLimit`` per endpoint. Every HTTP attempt (first try or retry) does
 ``grant = await limit.acquire(cost)`` before it is sent, ``limit.observe(grant, status, headers)``
@@ -13,7 +13,8 @@ when its status and headers arrive (a streamed answer's come first), and
   waits until what is left covers it, and sends are spread at the window's rate (its size over the
   longest reset it reported: the window is learned, not assumed). What is left is the provider's
   latest figure less what this limiter sent since, so several jobs on one key pace on the
-  provider's count. Known budgets never halve the concurrency.
+  provider's count. The concurrency stays ``max_concurrency``: pacing, not fewer slots, keeps
+  the sends under the limit.
 - **The first answer is waited for, briefly.** Until a streamed endpoint's first answer arrives
   (its status and headers come at its first byte, before its body), one attempt goes alone: what
   the headers say paces the rest, instead of a first burst of ``max_concurrency`` sent blind. The
@@ -23,8 +24,16 @@ when its status and headers arrive (a streamed answer's come first), and
   latency. Plain (non-streamed) and in-process endpoints are not probed.
 - **A burst of 429s is one throttle.** Attempts sent before a throttle was seen answer 429 together;
   only a 429 for an attempt sent after it is a new throttle. A throttle pauses the endpoint for the
-  server's hint (else for the budget's reset, else for a pause that doubles with each throttle in
-  a row) and, where no budget is known, halves the concurrency; successes add it back.
+  server's hint, else for the budget's reset.
+- **Without budget headers the limit is learned from 429s** (``_Learned``). The first throttle
+  pauses (first for as long as the endpoint took to meet the limit, ``pause_base_s`` at least,
+  doubling while one attempt at a time is refused); the first success after it says how long a
+  window was, and what was admitted before the throttle what it holds: the rate is that, a margin
+  below. Each later throttle sets the rate to what was admitted over the trailing window (half
+  of it if nothing was), and each success raises it by a small share of an attempt, so a 429
+  stays rare. Input tokens, output tokens (``max_tokens``, counted at arrival) and requests are
+  each paced apart, as OpenAI and Anthropic count them differently. No time constant but the
+  first pause's floor: the scale comes from the endpoint.
 
 Attempts are served first come, first served, so a big prompt is never starved by small ones;
 one larger than a whole window goes alone once it is fresh. Header reading (``read_budget``,
@@ -244,6 +253,123 @@ class Grant:
     seq: int  #: the order it was let through in
     cost: Cost
     observed: bool = False  #: its status and headers were learned from (``AdaptiveLimit.observe``)
+    at: float = 0.0  #: when it was let through (the limiter's clock)
+    admitted: bool = False  #: answered 2xx (the provider counted it)
+
+
+#: The units a limit learned from 429s alone is kept in: a provider may count any of them.
+LEARNED_UNITS = ("input-tokens", "output-tokens", "requests")
+#: A rate learned from 429s alone is set to this share of what the endpoint admitted before refusing …
+LEARNED_MARGIN = 0.9
+#: … and grows by this share of an attempt a window with each success, so a 429 stays rare.
+LEARNED_GROWTH = 0.02
+
+
+class _Learned:
+    """A limit no header states, learned from 429s: a rate, and at most a window's worth at once.
+
+    The first throttle pauses and sends one attempt at a time until one succeeds: what the endpoint
+    admitted before that throttle, over the time from the first send to that success, is the rate
+    (a margin below it), and that time the window. At each later throttle the rate is what the
+    endpoint admitted over the trailing window, a margin below it (half the rate if it admitted
+    nothing); between throttles it grows by a share of each success. Sends are spread at the rate,
+    and no window's worth of sends holds more than the rate allows in a window: conservative for
+    fixed windows and for buckets that refill continuously alike (a bucket's first success comes
+    after one attempt's refill, so its window is short and the later throttles find its rate).
+    """
+
+    def __init__(self) -> None:
+        self.rate: dict[str, float] = {}  #: units a second, by unit, once learned
+        self.window_s = 0.0  #: the longest a window's worth of sends may be crowded into, once learned
+        self.started: float | None = None  #: the first send
+        self.searching = False  #: throttled, nothing learned yet: the first success after teaches …
+        self.probe: Grant | None = None  #: … of one attempt at a time, this one
+        self.refused_seq = 0  #: the first attempt refused: those before it filled a window …
+        self.search_s = 0.0  #: … in this long: the search's first pause
+        self.settled = False  #: a throttle was seen since the rate was learned: it grows slowly
+        self.next_at = -math.inf
+        self.kept: collections.deque[Grant] = collections.deque(maxlen=SENT_KEPT)  #: sends not refused
+
+    def sent(self, grant: Grant) -> None:
+        if self.started is None:
+            self.started = grant.at
+        self.kept.append(grant)
+        if self.searching:
+            self.probe = grant
+        if self.rate:
+            self.next_at = max(self.next_at, grant.at) + self.spacing(grant.cost)
+
+    def spacing(self, cost: Cost) -> float:
+        return max(cost.against(u) / r for u, r in self.rate.items() if r > 0)
+
+    def refused(self, grant: Grant, new_throttle: bool) -> None:
+        """A 429: the attempt was not counted; a new throttle measures the rate since the last."""
+        with contextlib.suppress(ValueError):
+            self.kept.remove(grant)
+        if grant is self.probe:
+            self.probe = None
+        if not new_throttle:
+            return
+        if not self.rate:
+            if not self.searching:  # the first throttle: what came before it is what one window holds
+                self.searching, self.refused_seq = True, grant.seq
+                self.search_s = grant.at - (self.started or grant.at)
+            return
+        self.settled = True
+        since = grant.at - self.window_s
+        self.fit([g for g in self.kept if g.at >= since and g.seq < grant.seq], self.window_s, grant.cost,
+                 cap=True)
+
+    def fit(self, counted: list[Grant], seconds: float, refused: Cost, cap: bool) -> None:
+        """The rate: a margin below what the endpoint counted over ``seconds`` (``cap``: never higher than
+        it was); the window is long enough to hold the attempt refused."""
+        for unit in LEARNED_UNITS:
+            total = sum(g.cost.against(unit) for g in counted)
+            if unit in self.rate and cap:  # nothing counted since the last throttle: half the rate
+                self.rate[unit] = min(self.rate[unit], LEARNED_MARGIN * total / max(seconds, 1e-9)) \
+                    if total > 0 else self.rate[unit] / 2
+            elif total > 0:
+                self.rate[unit] = LEARNED_MARGIN * total / max(seconds, 1e-9)
+            if unit in self.rate:
+                self.window_s = max(self.window_s, refused.against(unit) / self.rate[unit])
+
+    def succeeded(self, grant: Grant, throttle_mark: int) -> None:
+        """A success: the first after the first throttle teaches the rate; the others grow it."""
+        grant.admitted = True
+        if grant is self.probe:
+            self.probe = None
+        if self.searching and grant.seq >= throttle_mark and self.started is not None:
+            self.searching = False
+            self.window_s = max(grant.at - self.started, 1e-9)
+            self.fit([g for g in self.kept if g.admitted and g.seq < self.refused_seq], self.window_s,
+                     grant.cost, cap=False)
+        elif self.rate and not self.searching:
+            for unit, rate in self.rate.items():
+                # Until a throttle says otherwise the rate may be low (the search's last pause was long):
+                # it grows by a share of itself; after, by a share of an attempt a window.
+                step = grant.cost.against(unit) / self.window_s if self.settled else rate
+                self.rate[unit] += LEARNED_GROWTH * step
+
+    def wait(self, cost: Cost, now: float) -> float | None:
+        """Seconds until ``cost`` may go by the learned rate (None: one attempt of a search is out)."""
+        if self.probe is not None:
+            return None
+        if not self.rate:
+            return 0.0
+        while self.kept and self.kept[0].at <= now - self.window_s:
+            self.kept.popleft()
+        waits = [self.next_at - now]
+        for unit, rate in self.rate.items():
+            need, capacity = cost.against(unit), rate * self.window_s
+            if need <= 0:
+                continue
+            held = sum(g.cost.against(unit) for g in self.kept)
+            for g in self.kept:  # the oldest leave the window first
+                if held + need <= capacity:
+                    break
+                held -= g.cost.against(unit)
+                waits.append(g.at + self.window_s - now)
+        return max(waits)
 
 
 class AdaptiveLimit:
@@ -255,7 +381,6 @@ class AdaptiveLimit:
         *,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
-        increase_after: int = 4,
         pause_base_s: float = 0.5,
         pause_max_s: float = 60.0,
         probe: bool = True,
@@ -268,11 +393,8 @@ class AdaptiveLimit:
             raise ValueError(f"max_concurrency must be an integer >= 1, got {max_concurrency!r}")
         self.max_concurrency = max_concurrency
         self._clock, self._wall = clock, wall
-        self._increase_after = max(1, increase_after)
         self._pause_base_s, self._pause_max_s = pause_base_s, pause_max_s
-        self._limit = max_concurrency
         self._in_flight = 0
-        self._successes = 0
         self._seq = 0
         self._throttle_mark = 0  # grants from here on were let through after the last throttle was seen
         self._throttles_in_a_row = 0
@@ -281,6 +403,7 @@ class AdaptiveLimit:
         self._probe_s = probe_s
         self._probe_until = math.inf  # … until this (set when the first attempt goes)
         self._budgets: dict[str, _Budget] = {}
+        self._learned = _Learned()  # what 429s teach where no header states a budget
         #: Attempts let through since the oldest figure in use (the first figure may answer any of them).
         self._sent: collections.deque[Grant] = collections.deque(maxlen=SENT_KEPT)
         self._queue: collections.deque[object] = collections.deque()
@@ -290,8 +413,8 @@ class AdaptiveLimit:
 
     @property
     def limit(self) -> int:
-        """The current concurrency limit (for the progress line)."""
-        return self._limit
+        """The concurrency bound (for the progress line)."""
+        return self.max_concurrency
 
     @property
     def in_flight(self) -> int:
@@ -308,7 +431,7 @@ class AdaptiveLimit:
             budget.roll(now, self._seq - 1)
         if now < self._paused_until:
             return self._paused_until - now
-        if self._in_flight >= self._limit:
+        if self._in_flight >= self.max_concurrency:
             return None
         if self._probing and self._in_flight > 0:
             if now < self._probe_until:
@@ -329,13 +452,20 @@ class AdaptiveLimit:
                 waits.append(budget.reset_at - now)
             elif self._in_flight > 0:
                 return None  # larger than what the window holds: it goes alone
+        if not self._budgets:
+            learned = self._learned.wait(cost, now)
+            if learned is None:
+                return None
+            waits.append(learned)
         return max(waits)
 
     def _grant(self, cost: Cost) -> Grant:
         now = self._clock()
         self._in_flight += 1
-        grant = Grant(self._seq, cost)
+        grant = Grant(self._seq, cost, at=now)
         self._seq += 1
+        if not self._budgets:
+            self._learned.sent(grant)
         if self._probing:
             self._probe_until = min(self._probe_until, now + self._probe_s)
         for name, budget in self._budgets.items():
@@ -380,7 +510,7 @@ class AdaptiveLimit:
             grant.observed = True
             self._probing = False
             self._absorb(grant, read_budget(headers, self._wall()), self._clock())
-            self._succeed()
+            self._succeed(grant)
             self._wake()
 
     def release(self, grant: Grant, status: int | None, headers: Mapping[str, str], payload: object = None) -> None:
@@ -393,7 +523,7 @@ class AdaptiveLimit:
         if status in (429, 529):
             self._throttle(grant, now, retry_hint(headers, payload, self._wall()))
         elif status is not None and 200 <= status < 300 and not grant.observed:
-            self._succeed()
+            self._succeed(grant)
         grant.observed = True
         self._wake()
 
@@ -417,22 +547,21 @@ class AdaptiveLimit:
 
     def _throttle(self, grant: Grant, now: float, hint: float | None) -> None:
         self.throttled += 1
-        if grant.seq < self._throttle_mark:
-            return  # let through before the last throttle was seen: the same burst
+        new = grant.seq >= self._throttle_mark  # else let through before the last throttle was seen: the same burst
+        if not self._budgets:
+            self._learned.refused(grant, new)
+        if not new:
+            return
         self.throttles += 1
         self._throttle_mark = self._seq
         self._throttles_in_a_row += 1
-        self._successes = 0
-        if not self._budgets:  # nothing paces the sends: fewer at once
-            self._limit = max(1, self._limit // 2)
-        if hint is None and not self._budgets:
-            hint = self._pause_base_s * 2 ** min(self._throttles_in_a_row - 1, 30)
+        if hint is None and not self._budgets and self._learned.searching:
+            base = max(self._pause_base_s, self._learned.search_s)
+            hint = base * 2 ** min(self._throttles_in_a_row - 1, 30)
         if hint is not None:
             self._paused_until = max(self._paused_until, now + min(hint, self._pause_max_s))
 
-    def _succeed(self) -> None:
+    def _succeed(self, grant: Grant) -> None:
+        if not self._budgets:
+            self._learned.succeeded(grant, self._throttle_mark)
         self._throttles_in_a_row = 0
-        self._successes += 1
-        if self._successes >= self._increase_after and self._limit < self.max_concurrency:
-            self._limit += 1
-            self._successes = 0
