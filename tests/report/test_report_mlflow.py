@@ -4,6 +4,7 @@ read back from MLflow — same numbers as the runs' metrics — and the page in 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -96,6 +97,12 @@ def test_report_is_its_own_tagged_run_and_is_never_read_back(store):
     assert {"tables/leaderboard.json", "tables/judge_pairs.json"} <= artifacts
     _, out = report_cli(store)  # a second report reads the same five benchmark runs, not the first report
     assert "5 runs read, 1 identical duplicate counted once" in (out / "leaderboard.md").read_text()
+    # its metric keys say what they measure, never a row's label (no model name, panel or setting in them)
+    keys = set(client.get_run(reports.iloc[0]["run_id"]).data.metrics)
+    judges = "|".join(("strict", "balanced", "lenient"))
+    assert "inter_judge/krippendorff_alpha_interval" in keys and any(k.startswith("intra_rater/") for k in keys)
+    assert all(re.fullmatch(rf"inter_judge/krippendorff_alpha_interval|intra_rater/({judges})/[a-z0-9_]+", k)
+               for k in keys), sorted(keys)
 
 
 def test_filters_and_run_dirs(store):
