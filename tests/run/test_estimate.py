@@ -183,3 +183,40 @@ def test_the_command_prints_a_table_writes_estimate_json_and_sends_nothing(tmp_p
     assert data["endpoints"]["qwen"]["usd_min"] is None and data["total"]["usd_min"] is None
     assert data["endpoints"]["gemini_flash"]["usd_max"] > data["endpoints"]["gemini_flash"]["usd_min"] > 0
     assert json.loads(json.dumps(data["assumptions"]["chars_per_token"])) == CHARS_PER_TOKEN
+
+
+#: shape -> (model file, base URL suffix, extra overrides), as benchmarks/sweep_cost.py runs them.
+CACHE_SHAPES = {"openai": ("gpt-5.1", "/v1", ["model.send_temperature=true"]),
+                "anthropic": ("claude-opus-4.6", "", []),
+                "gemini": ("gemini-2.5-pro", "", [])}
+
+
+@pytest.mark.parametrize("shape", list(CACHE_SHAPES))
+def test_the_range_holds_what_a_cached_sweep_is_billed(tmp_path, test_key, shape):
+    """Two replicates of a prompt against a loopback that caches as the provider documents: the estimate of
+    each job (prompt_repeats=2: low, the repeats read; high, every call missed or written) summed over
+    the jobs holds what the two jobs were billed, the first call written or missed, the second read."""
+    from servers.prefix_cache import PrefixCache
+
+    model, suffix, extra = CACHE_SHAPES[shape]
+    tasks, corpus = write_release(tmp_path, [make_task(f"q{i}", f"What failed? [q{i}]", "doc.txt") for i in range(2)],
+                                  {"doc.txt": "The seal was worn. The pump failed at 03:14. " * 200})
+    low = high = billed = 0.0
+    with LoopbackServer(PrefixCache(shape)) as server:
+        jobs = []
+        for replicate in (0, 1):
+            cfg = settings(tmp_path / f"job{replicate}", [
+                f"model={model}", f"model.base_url={server.url}{suffix}", *extra, f"model.api_key_env={TEST_KEY_ENV}",
+                "model.stream=false", f"dataset.tasks={tasks}", f"dataset.corpus={corpus}", "judge_panel=offline",
+                f"decoding.replicate={replicate}", "decoding.max_tokens=256", "estimate.answer_tokens=12"])
+            cfg.prompt_repeats = 2
+            row = estimate(cfg)["endpoints"]["model"]
+            assert row["cache_read_tokens"] == row["input_tokens"] > 0  # low: every repeat read
+            low, high = low + row["usd_min"], high + row["usd_max"]
+            jobs.append(cfg)
+        assert server.calls == []
+        for cfg in jobs:
+            stats = run(cfg).stats
+            billed += stats["cost"]["endpoints"]["model"]["cost_usd"]
+    assert stats["prompt_cache"]["endpoints"]["model"]["hit_rate"] > 0.9  # the second job read what the first wrote
+    assert low <= billed <= high, (low, billed, high)
