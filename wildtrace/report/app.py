@@ -27,6 +27,8 @@ class BootstrapConfig:
     #: resample documents, not tasks, for the baseline scores' intervals (tasks sharing a document move
     #: together), and print each score's design effect (that variance over the tasks' one)
     by_document: bool = False
+    #: a score's interval below 30 tasks: t (a t interval) or bca (bias-corrected and accelerated bootstrap)
+    small_n: str = "t"
 
 
 @dataclass
@@ -82,7 +84,7 @@ def make_report(cfg: ReportConfig, out_dir: Path) -> tuple[Report, str | None]:
         runs = sources.from_mlflow(cfg.mlflow.tracking_uri, cfg.mlflow.experiment, r.filter, r.max_runs,
                                    r.with_responses, r.with_judgments)
     report = build(runs, Bootstrap(r.bootstrap.resamples, r.bootstrap.seed, r.bootstrap.level,
-                                 r.bootstrap.by_document))
+                                 r.bootstrap.by_document, r.bootstrap.small_n))
     render.write(report, out_dir)
     run_id = None
     if cfg.mlflow.log_report and runs:
@@ -100,6 +102,12 @@ def _job(dict_cfg: DictConfig) -> None:
     route_console_to_stderr()  # stdout: the leaderboard; warnings and errors: stderr (docs/reference/entry-points.md)
     cfg = OmegaConf.to_object(dict_cfg)
     assert isinstance(cfg, ReportConfig)
+    from wildtrace.exitcodes import fail
+    from wildtrace.report.statistics.stats import SMALL_N_METHODS
+
+    if cfg.report.bootstrap.small_n not in SMALL_N_METHODS:
+        fail("wildtrace.report", f"report.bootstrap.small_n must be one of {', '.join(SMALL_N_METHODS)}, "
+                                 f"got {cfg.report.bootstrap.small_n!r}")
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     report, run_id = make_report(cfg, out_dir)
     if not report.n_runs_read:

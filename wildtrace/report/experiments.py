@@ -194,10 +194,10 @@ def answer_columns(group: Group) -> dict[str, float | None]:
 
 
 def score_interval(per_task: np.ndarray, boot: Bootstrap) -> tuple[float | None, float | None]:
-    """The interval of a mean task score: a t interval below stats.SMALL_N tasks, else the
-    percentile bootstrap over tasks."""
+    """The interval of a mean task score: below stats.SMALL_N tasks a t interval (or BCa, as
+    ``boot.small_n`` says), else the percentile bootstrap over tasks."""
     if len(per_task) < stats.SMALL_N:
-        return stats.mean_interval(list(per_task), boot.level)
+        return stats.small_n_interval(per_task, boot)
     return stats.all_interval(per_task, boot)
 
 
@@ -326,7 +326,7 @@ def document_columns(own: np.ndarray, tasks: Sequence[str], documents: dict[str,
     found = stats.cluster_interval(own, [documents.get(q, q) for q in tasks], boot)
     low, high = found["ci_low"], found["ci_high"]
     if len(own) < stats.SMALL_N:
-        low, high = stats.mean_interval(list(own), boot.level)
+        low, high = stats.small_n_interval(own, boot)
     return {"ci_low_pct": _pct(low), "ci_high_pct": _pct(high), "n_documents": found["n_clusters"],
             "design_effect": found["design_effect"]}
 
@@ -408,7 +408,7 @@ def ablations_frame(experiments: Sequence[Experiment], boot: Bootstrap = DEFAULT
                 "full_panel": ",".join(judges_of(e.reference)), "n_tasks": len(tasks),
                 "full_overall_pct": _pct(float(full[:, j].mean())), "overall_pct": _pct(float(var[:, j].mean())),
                 "diff_pp": _pct(d["mean_diff"]), "diff_ci_low_pp": _pct(d["ci_low"]),
-                "diff_ci_high_pp": _pct(d["ci_high"]), "p_value": d["p_value"],
+                "diff_ci_high_pp": _pct(d["ci_high"]), "p_value": d["p_value"], "small_n": d["small_n"],
                 "rank_full": int(full_rank[j]), "rank_variant": int(var_rank[j]),
                 "rank_change": int(full_rank[j] - var_rank[j]), "n_models": len(members),
                 "tau": tau, "tau_ci_low": tau_low, "tau_ci_high": tau_high,

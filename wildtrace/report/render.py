@@ -371,6 +371,7 @@ def leaderboard_view(board: pd.DataFrame) -> pd.DataFrame:
     view["scored 95% CI (%)"] = [_interval(lo, hi) for lo, hi in
                                  zip(board["scored_ci_low"], board["scored_ci_high"], strict=True)]
     view["runs (n)"] = board["n_runs"]
+    view["small n (< 30 tasks)"] = board["small_n"]
     view["sd across runs (pp)"] = board["overall_sd"]
     view["range across runs (%)"] = [_interval(lo, hi) if n > 1 else "—" for lo, hi, n in
                                      zip(board["overall_min"], board["overall_max"], board["n_runs"], strict=True)]
@@ -437,7 +438,8 @@ def _rates_in_pct(frame: pd.DataFrame) -> pd.DataFrame:
 #: Terms the page explains where they first appear.
 TERMS = {
     "interval": "95% interval: the range a score or difference would take over 95% of re-draws of the tasks "
-                "(below 30 tasks a t interval, flagged <em>small n</em>; else a percentile bootstrap over tasks).",
+                "(below 30 tasks a t interval, or BCa with report.bootstrap.small_n=bca, flagged <em>small n</em>; "
+                "else a percentile bootstrap over tasks).",
     "paired": "Paired difference: the mean over tasks of (point − reference) on each task's score averaged over "
               "the point's replicates; its interval and p-value are a paired t-test over tasks. Replicates are "
               "averaged, not resampled again, so judge and answer noise count once, inside the per-task "
@@ -549,7 +551,8 @@ def page(report: Report, pngs: dict[str, bytes]) -> str:
                            + _table(report.tiers) + _img(pngs.get("tiers.png"), "score by context tier"),
         "points": "<p>Every point (replicate group) read, sweep and ablation points included, with both views "
                   "(%); n_unscored counts tasks every judge failed on (0 in the All view), n_not_reached the "
-                  "tasks a stopped run never reached (0 in the All view).</p>"
+                  "tasks a stopped run never reached (0 in the All view). Its intervals are percentile bootstraps "
+                  "over tasks at any n; below 30 tasks they run narrow and the row is flagged small n.</p>"
                   + _table(leaderboard_view(report.leaderboard)),
         "matched-panel": "<p>Each row's mean over the tasks every row scored (%). It drops the long-context "
                          "failures the All view counts: a robustness check only.</p>" + _table(report.matched),

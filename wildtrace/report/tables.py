@@ -271,7 +271,8 @@ def leaderboard(groups: Sequence[Group], boot: Bootstrap = DEFAULT_BOOTSTRAP) ->
             "run_date": max(str(r.stats.get("run_date")) for r in g.runs),
             "overall": o["mean"], "overall_ci_low": _pct(olo), "overall_ci_high": _pct(ohi),
             "scored": sc["mean"], "scored_ci_low": _pct(slo), "scored_ci_high": _pct(shi),
-            "n_runs": len(g.runs), "overall_sd": o["sd"], "overall_min": o["min"], "overall_max": o["max"],
+            "n_runs": len(g.runs), "small_n": m.shape[0] < stats.SMALL_N,
+            "overall_sd": o["sd"], "overall_min": o["min"], "overall_max": o["max"],
             **{k: _count(counts[k]) for k in ("n_scored", "n_out_of_context", "n_failed", "n_unscored",
                                               "n_not_reached", "n_tasks")},
             **cost_columns(g.runs, o["mean"]),
@@ -312,8 +313,8 @@ def languages(groups: Sequence[Group], level: float = stats.LEVEL) -> pd.DataFra
         for language, part in scores.groupby(by_language, sort=True):
             low, high = stats.mean_interval(list(part.to_numpy()), level)
             rows.append({"model": g.label, "language": language, "n": len(part), "all_pct": _pct(float(part.mean())),
-                         "ci_low_pct": _pct(low), "ci_high_pct": _pct(high)})
-    return pd.DataFrame(rows, columns=["model", "language", "n", "all_pct", "ci_low_pct", "ci_high_pct"])
+                         "ci_low_pct": _pct(low), "ci_high_pct": _pct(high), "small_n": len(part) < stats.SMALL_N})
+    return pd.DataFrame(rows, columns=["model", "language", "n", "all_pct", "ci_low_pct", "ci_high_pct", "small_n"])
 
 
 def breakdowns(groups: Sequence[Group], by: str) -> pd.DataFrame:

@@ -25,6 +25,8 @@ class Bootstrap:
     level: float = LEVEL  #: two-sided coverage, 0.95 → the 2.5th and 97.5th percentiles
     #: resample documents (every task of a document together) for a score's interval, with its design effect
     by_document: bool = False
+    #: a score's interval below SMALL_N tasks: "t" (a t interval) or "bca" (scipy's BCa bootstrap)
+    small_n: str = "t"
 
 
 #: The default of every ``boot`` parameter (frozen, so one shared instance is safe).
@@ -252,6 +254,33 @@ def mean_interval(values: Sequence[float], level: float = LEVEL) -> tuple[float 
         return None, None
     half = float(st.t.ppf(0.5 + level / 2.0, len(v) - 1)) * float(v.std(ddof=1)) / math.sqrt(len(v))
     return float(v.mean()) - half, float(v.mean()) + half
+
+
+#: The intervals a score below SMALL_N tasks can take (report.bootstrap.small_n).
+SMALL_N_METHODS = ("t", "bca")
+
+
+def bca_interval(values: np.ndarray | Sequence[float], boot: Bootstrap = DEFAULT_BOOTSTRAP
+                 ) -> tuple[float | None, float | None]:
+    """The bias-corrected and accelerated bootstrap interval of a mean (scipy.stats.bootstrap,
+    method BCa, ``boot.resamples`` resamples from ``boot.seed``); the mean itself when every value
+    is the same, None below two values."""
+    from scipy.stats import bootstrap
+
+    v = np.asarray(values, dtype=float)
+    if len(v) < 2:
+        return None, None
+    if np.ptp(v) == 0:
+        return float(v[0]), float(v[0])
+    found = bootstrap((v,), np.mean, n_resamples=boot.resamples, confidence_level=boot.level, method="BCa",
+                      rng=np.random.default_rng(boot.seed), vectorized=True)
+    return float(found.confidence_interval.low), float(found.confidence_interval.high)
+
+
+def small_n_interval(values: np.ndarray | Sequence[float], boot: Bootstrap = DEFAULT_BOOTSTRAP
+                     ) -> tuple[float | None, float | None]:
+    """A mean's interval below SMALL_N tasks, as ``boot.small_n`` says: t, or BCa."""
+    return bca_interval(values, boot) if boot.small_n == "bca" else mean_interval(list(values), boot.level)
 
 
 def detectable_gap(n: int, sd: float, power: float = 0.8, alpha: float = 0.05) -> float | None:
