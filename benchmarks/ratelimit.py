@@ -6,7 +6,7 @@ with OpenAI's ``x-ratelimit-*`` headers, Anthropic's ``anthropic-ratelimit-*`` o
 resets; input and output windows apart) or none at all. Answers stream: the status and headers
 come at once, the body after the latency. Every prompt is about 1,000 tokens (OpenAI's window
 also counts each request's ``max_tokens``, 100). wildtrace's own ``Endpoint`` sends them (the
-default retry rule), one job or two jobs on one key.
+default retry rule), one job or two jobs on one key (sharing a cache folder, unless ``--apart``).
 
 ``achieved/limit`` is the time a client that knew the limit exactly would take (each request sent
 the moment the limit admits it, in order, one latency for the last answer) over the run's time,
@@ -16,6 +16,7 @@ from the endpoint's first request to the last answer: the share of the limit's r
     python benchmarks/ratelimit.py --windows 1 6         # some windows only
     python benchmarks/ratelimit.py --limits bucket --jobs 1   # some limits, one job only
     python benchmarks/ratelimit.py --headers none        # endpoints that send no rate headers only
+    python benchmarks/ratelimit.py --jobs 2 --apart       # two jobs, each its own cache folder (nothing shared)
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import argparse
 import asyncio
 import sys
 import threading
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +41,7 @@ from wildtrace.providers.registry import make_provider  # noqa: E402
 from wildtrace.runtime.net.endpoint import Endpoint  # noqa: E402
 from wildtrace.runtime.net.ratelimit import Cost, estimate_tokens  # noqa: E402
 from wildtrace.runtime.net.retry import RetryPolicy  # noqa: E402
+from wildtrace.runtime.store.cache import Cache  # noqa: E402
 
 PROMPTS_A_WINDOW = 10
 PROMPT_CHARS = 3300  # ~1,000 tokens by the spec's 3.3 characters a token
@@ -56,12 +59,13 @@ class Config:
     jobs: int = 1
 
 
-async def job(url: str, prompts: list[str], concurrency: int) -> int:
-    """One job's endpoint sending every prompt; how many calls failed."""
+async def job(url: str, prompts: list[str], concurrency: int, cache_dir: Path) -> int:
+    """One job's endpoint sending every prompt; how many calls failed. Jobs with the same
+    ``cache_dir`` share the key's budget there, as a sweep's jobs sharing a cache folder do."""
     spec = EndpointSpec(label="model", name="bench", provider="openai", route="bench", base_url=f"{url}/v1",
                         api_key_env="WILDTRACE_BENCH_KEY", max_concurrency=concurrency, timeout_s=600.0, stream=True)
     provider = make_provider(spec)
-    endpoint = Endpoint(provider, "sk-bench", RetryPolicy())
+    endpoint = Endpoint(provider, "sk-bench", RetryPolicy(), cache=Cache(cache_dir))
     sampling = Sampling(temperature=0.0, max_tokens=MAX_TOKENS)
     try:
         results = await asyncio.gather(*(endpoint.call(provider.build_request(p, sampling), 0,
@@ -72,16 +76,18 @@ async def job(url: str, prompts: list[str], concurrency: int) -> int:
     return sum(not r.ok for r in results)
 
 
-def measure(config: Config) -> dict:
-    """One configuration: its endpoint, its jobs (each its own thread and event loop), its figures."""
+def measure(config: Config, apart: bool = False) -> dict:
+    """One configuration: its endpoint, its jobs (each its own thread and event loop, one cache folder
+    unless ``apart``), its figures."""
     per_prompt = estimate_tokens(PROMPT_CHARS, False) + (MAX_TOKENS if config.dialect == "openai" else 0)
     limit = Limit(PROMPTS_A_WINDOW * per_prompt, config.window_s, config.bucket, config.dialect,
                   config.latency * config.window_s)
     failed: list[int] = []
-    with LoopbackServer(limit) as server:
+    with LoopbackServer(limit) as server, tempfile.TemporaryDirectory(prefix="wt-ratelimit-") as folder:
         share = config.tasks // config.jobs
         runs = [threading.Thread(target=lambda j=j: failed.append(asyncio.run(job(
-            server.url, [f"{j}.{i} " + "w" * PROMPT_CHARS for i in range(share)], config.concurrency))))
+            server.url, [f"{j}.{i} " + "w" * PROMPT_CHARS for i in range(share)], config.concurrency,
+            Path(folder) / (f"job{j}" if apart else "cache")))))
             for j in range(config.jobs)]
         for run in runs:
             run.start()
@@ -103,9 +109,9 @@ def configurations(windows: list[float], limits: list[str], jobs: list[int],
             for dialect in dialects:
                 for bucket in [b for b in (False, True) if ("bucket" if b else "fixed") in limits and 1 in jobs]:
                     found.append(Config(window, latency, dialect, bucket, tasks, concurrency))
-        if window < 60 and 2 in jobs and "fixed" in limits:
+        if 2 in jobs and "fixed" in limits:
             for dialect in dialects:
-                found.append(Config(window, 0.1, dialect, False, 200, 8, jobs=2))
+                found.append(Config(window, 0.1, dialect, False, tasks, 8, jobs=2))
     return found
 
 
@@ -116,10 +122,11 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, nargs="+", choices=[1, 2], default=[1, 2])
     parser.add_argument("--headers", nargs="+", choices=["openai", "anthropic", "none"],
                         default=["openai", "anthropic", "none"])
+    parser.add_argument("--apart", action="store_true", help="each job its own cache folder: nothing shared")
     args = parser.parse_args()
     configs = configurations(args.windows, args.limits, args.jobs, tuple(args.headers))
     figures: dict[Config, dict] = {}
-    threads = [threading.Thread(target=lambda c=c: figures.__setitem__(c, measure(c))) for c in configs]
+    threads = [threading.Thread(target=lambda c=c: figures.__setitem__(c, measure(c, args.apart))) for c in configs]
     for thread in threads:
         thread.start()
     for thread in threads:

@@ -159,7 +159,7 @@ def test_a_disk_that_fills_up_stops_new_requests_names_the_path_and_keeps_what_w
     assert result.outcome.stopped.startswith("storage failure")
     assert str(tiny_disk) in result.outcome.stopped
     assert sent < 12  # it stopped sending at once
-    stored = [p for p in (tiny_disk / "cache").rglob("*.json")]
+    stored = [p for p in (tiny_disk / "cache").rglob("*.json") if "pacing" not in p.parts]
     assert 1 <= len(stored) < sent + 1
     # Every answer received is in the run files (they live on another disk), marked partial.
     rows = json.loads((result.out_dir / "responses.json").read_text())

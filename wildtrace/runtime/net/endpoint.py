@@ -32,6 +32,7 @@ from wildtrace.runtime.net.call import REPLICATE_HEADER, CallLoop, interpret
 from wildtrace.runtime.net.client import make_client
 from wildtrace.runtime.net.ratelimit import AdaptiveLimit, Cost
 from wildtrace.runtime.net.retry import Resend, RetryPolicy, failure_reason
+from wildtrace.runtime.store.shared_budget import SharedBudget
 from wildtrace.runtime.net.secrets import ECHO_NOTE, redact, scrub
 
 
@@ -86,6 +87,8 @@ class Endpoint:
                              streaming=spec.stream and provider.streams and not local,
                              max_response_bytes=max_response_bytes)
         self.loop = CallLoop(provider, self.sender, retry, local=local, on_retry=on_retry, seed=seed)
+        if self.cache.enabled and not local:  # jobs sharing the cache folder share the key's rate budget
+            self.limit.shared = SharedBudget.under(self.cache.directory, spec.base_url, spec.route, spec.api_key_env)
         self.hits = 0
         self.served_models: dict[str, int] = {}
         self.storage_error: StorageError | None = None  # the first store that failed; the run stops sending
@@ -162,8 +165,10 @@ class Endpoint:
         return self.provider.spec.label
 
     async def aclose(self) -> None:
-        """Close the endpoint's connections."""
+        """Close the endpoint's connections (and the shared budget's lock file)."""
         await self.sender.aclose()
+        if self.limit.shared is not None:
+            self.limit.shared.close()
 
     # ------------------------------------------------------------------ the call
 

@@ -53,6 +53,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from wildtrace.runtime.net.retry import lower_headers, retry_hint
+from wildtrace.runtime.store.shared_budget import SharedBudget
 
 #: The spec's rough sizes: ~3.3 characters a token in English, ~1.5 in Chinese.
 CHARS_PER_TOKEN_EN = 3.3
@@ -255,6 +256,7 @@ class Grant:
     observed: bool = False  #: its status and headers were learned from (``AdaptiveLimit.observe``)
     at: float = 0.0  #: when it was let through (the limiter's clock)
     admitted: bool = False  #: answered 2xx (the provider counted it)
+    sent_at: float = 0.0  #: when the shared budget wrote it down (wall time), if there is one
 
 
 #: The units a limit learned from 429s alone is kept in: a provider may count any of them.
@@ -410,6 +412,8 @@ class AdaptiveLimit:
         self._waiters: list[asyncio.Future[None]] = []
         self.throttled = 0  #: 429/529 answers seen (for run stats)
         self.throttles = 0  #: of which new throttles (a burst counts once)
+        #: The budget shared with other jobs on the key through the cache folder (runtime/store/shared_budget.py).
+        self.shared: SharedBudget | None = None
 
     @property
     def limit(self) -> int:
@@ -459,10 +463,10 @@ class AdaptiveLimit:
             waits.append(learned)
         return max(waits)
 
-    def _grant(self, cost: Cost) -> Grant:
+    def _grant(self, cost: Cost, sent_at: float = 0.0) -> Grant:
         now = self._clock()
         self._in_flight += 1
-        grant = Grant(self._seq, cost, at=now)
+        grant = Grant(self._seq, cost, at=now, sent_at=sent_at)
         self._seq += 1
         if not self._budgets:
             self._learned.sent(grant)
@@ -486,9 +490,12 @@ class AdaptiveLimit:
         try:
             while True:
                 wait = self.delay_for(cost) if self._queue[0] is ticket else None
+                sent_at = 0.0
+                if wait == 0.0 and self.shared is not None:  # and other jobs on the key leave room for it
+                    wait, sent_at = self.shared.reserve(cost.against)
                 if wait == 0.0:
                     self._queue.popleft()
-                    return self._grant(cost)
+                    return self._grant(cost, sent_at)
                 waiter = asyncio.get_running_loop().create_future()
                 self._waiters.append(waiter)
                 with contextlib.suppress(TimeoutError):
@@ -529,6 +536,8 @@ class AdaptiveLimit:
 
     def _absorb(self, grant: Grant, windows: Mapping[str, Window], now: float) -> None:
         """The provider's figures, as of the attempt they answer: what was sent after it is taken off."""
+        if self.shared is not None:
+            self.shared.learn(grant.sent_at, windows)
         for name, window in windows.items():
             budget = self._budgets.setdefault(name, _Budget())
             budget.limit = window.limit if window.limit is not None else budget.limit
@@ -538,6 +547,8 @@ class AdaptiveLimit:
                 continue  # answers come back out of order: a later attempt's figure is newer
             budget.learn(window.remaining, sum(g.cost.against(name) for g in self._sent
                                                if budget.grant < g.seq <= grant.seq), now, window.reset_in)
+            if self.shared is not None:  # what other jobs send is in the shared budget, sent by sent
+                budget.others = 0.0
             budget.grant = grant.seq
             budget.remaining = window.remaining - sum(g.cost.against(name) for g in self._sent if g.seq > grant.seq)
             budget.reset_at = now + window.reset_in if window.reset_in else None
@@ -560,6 +571,8 @@ class AdaptiveLimit:
             hint = base * 2 ** min(self._throttles_in_a_row - 1, 30)
         if hint is not None:
             self._paused_until = max(self._paused_until, now + min(hint, self._pause_max_s))
+        if self.shared is not None and self._paused_until > now:  # every job on the key pauses
+            self.shared.pause(self._paused_until - now)
 
     def _succeed(self, grant: Grant) -> None:
         if not self._budgets:

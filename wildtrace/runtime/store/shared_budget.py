@@ -1,0 +1,302 @@
+"""Jobs on one key pace together: an endpoint's budget, shared through the cache folder.
+
+Parallel jobs (joblib, submitit, Ray, several machines on a shared filesystem) whose cache
+folder is the same share one small state file per endpoint, ``<cache>/pacing/<id>.json``,
+``id`` a hash of the endpoint's base URL, route and key variable's *name* (never the key).
+It holds:
+
+- every job's sends of the last windows: when (wall time), and what each took from each window;
+- the provider's latest figures of each window: what was left, as of which send, and when the
+  window is whole again; each window's length, as learned (the longest reset reported);
+- a pause no job sends before: the throttle any job met.
+
+The file is made when a job first hears of a budget or meets a throttle; until then nothing is
+written (an endpoint that never says either shares nothing, and costs one read a send).
+
+A job sends (``reserve``) only when what a figure says is left, less what every job sent after the
+send it answers, covers it; the send is written down in the same step, so two jobs never spend the
+same remaining budget. Sends reach the provider in about the order they were written down, not
+exactly (two jobs' connections, two processes' schedulers): a figure may count a send made after
+its own, or miss one made before it, so the least room the last few figures leave is taken. A
+figure past its reset is whole again (and again a window after each reset).
+
+Each step reads the file, changes it and replaces it by rename, holding an ``flock`` on
+``<id>.lock``: a job killed at any point leaves the last whole state and its lock released,
+and a file that cannot be read is a fresh state. A filesystem that refuses locks shares nothing
+(each job paces alone). Wall clocks are compared: machines sharing a folder need clocks in step
+(NTP) to well within a window.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import math
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+log = logging.getLogger(__name__)
+
+STATE_VERSION = 1
+#: The windows a send is counted against (``ratelimit.read_budget``'s names), in the order a send stores them.
+WINDOWS = ("tokens", "requests", "input-tokens", "output-tokens")
+#: Sends kept at most (a few windows' worth at any real limit).
+SENDS_KEPT = 8192
+#: The latest figures of a window kept (the least room they leave is taken).
+FIGURES_KEPT = 8
+#: The folder under the cache that holds the state files.
+FOLDER = "pacing"
+
+
+class Reported(Protocol):
+    """One window a response reported (``ratelimit.Window``)."""
+
+    @property
+    def limit(self) -> float | None: ...
+
+    @property
+    def remaining(self) -> float | None: ...
+
+    @property
+    def reset_in(self) -> float | None: ...
+
+
+@dataclass
+class Figure:
+    """The provider's newest figure of one window."""
+
+    remaining: float  #: what it said was left …
+    sent_at: float  #: … counting every send before this one (wall time)
+    limit: float | None  #: the window's size, if stated
+    reset_at: float | None  #: when the window is whole again (wall time), if stated
+
+
+@dataclass
+class State:
+    """What the jobs on one endpoint share (the state file's content)."""
+
+    figures: dict[str, list[Figure]] = field(default_factory=dict)  #: each window's latest, oldest first
+    window_s: dict[str, float] = field(default_factory=dict)  #: each window's length, as learned
+    paused_until: float = 0.0  #: no job sends before this (wall time)
+    sends: list[list[float]] = field(default_factory=list)  #: [wall time, units in each of WINDOWS], oldest first
+
+
+def endpoint_id(base_url: str, route: str, key_env: str | None) -> str:
+    """The state file's name for an endpoint: its base URL, route and key variable's name, hashed."""
+    material = json.dumps([base_url.rstrip("/"), route, key_env or ""])
+    return hashlib.sha256(material.encode()).hexdigest()[:32]
+
+
+def rolled(figure: Figure, window_s: float | None, now: float) -> Figure:
+    """A figure past its reset is whole again, as if the provider had said so at the reset; the
+    next reset is a window later. A figure that states no reset is whole a window after it."""
+    reset_at = figure.reset_at if figure.reset_at is not None else (
+        figure.sent_at + window_s if window_s else None)
+    if figure.limit is None or reset_at is None or now < reset_at:
+        return figure
+    if not window_s:
+        return Figure(figure.limit, reset_at, figure.limit, None)
+    last = reset_at + math.floor((now - reset_at) / window_s) * window_s
+    return Figure(figure.limit, last, figure.limit, last + window_s)
+
+
+def room(state: State, name: str, now: float) -> tuple[float | None, float | None]:
+    """(what is left of window ``name`` for the next send, when it is next whole): the least the
+    latest figures leave, less every send after each; None, None if nothing was said of it."""
+    column = 1 + WINDOWS.index(name)
+    found: tuple[float | None, float | None] = None, None
+    for figure in state.figures.get(name, []):
+        figure = rolled(figure, state.window_s.get(name), now)
+        left = figure.remaining - sum(send[column] for send in state.sends if send[0] > figure.sent_at)
+        if found[0] is None or left < found[0]:
+            found = left, figure.reset_at
+    return found
+
+
+def reserve(state: State, units: Mapping[str, int], now: float) -> float:
+    """Seconds until a send of ``units`` fits every window; 0.0 when it fits now (then it is written down)."""
+    if now < state.paused_until:
+        return state.paused_until - now
+    waits = [0.0]
+    for name, figures in state.figures.items():
+        need = units.get(name, 0)
+        left, whole_at = room(state, name, now)
+        if need <= 0 or left is None or need <= left:
+            continue
+        size = figures[-1].limit
+        if size is not None and need > size and left >= size:
+            continue  # larger than a whole window: it goes when the window is whole
+        window = state.window_s.get(name)
+        waits.append(whole_at - now if whole_at is not None else (window or 1.0) / 16)
+    wait = max(waits)
+    if wait <= 0.0:
+        state.sends.append([now, *(float(units.get(name, 0)) for name in WINDOWS)])
+        return 0.0
+    return wait
+
+
+def learn(state: State, sent_at: float, windows: Mapping[str, Reported], now: float) -> None:
+    """A response's figures, as of the send it answers (kept in the order of their sends, the latest few)."""
+    for name, window in windows.items():
+        if name not in WINDOWS:
+            continue
+        if window.reset_in is not None and window.reset_in > 0:
+            state.window_s[name] = max(state.window_s.get(name, 0.0), window.reset_in)
+        if window.remaining is None:
+            continue
+        held = state.figures.setdefault(name, [])
+        limit = window.limit if window.limit is not None else (held[-1].limit if held else None)
+        held.append(Figure(window.remaining, sent_at, limit,
+                           now + window.reset_in if window.reset_in is not None else None))
+        held.sort(key=lambda f: f.sent_at)
+        del held[:-FIGURES_KEPT]
+
+
+def prune(state: State, now: float) -> None:
+    """Forget sends every figure already counts (and past ``SENDS_KEPT``); figures as rolled to now."""
+    state.figures = {name: [rolled(f, state.window_s.get(name), now) for f in figures]
+                     for name, figures in state.figures.items() if figures}
+    if state.figures:
+        counted = min(f.sent_at for figures in state.figures.values() for f in figures)
+        state.sends = [send for send in state.sends if send[0] > counted]
+    del state.sends[:-SENDS_KEPT]
+
+
+def encode(state: State) -> str:
+    """The state file's text."""
+    return json.dumps({"v": STATE_VERSION, "paused_until": state.paused_until, "window_s": state.window_s,
+                       "figures": {n: [[f.remaining, f.sent_at, f.limit, f.reset_at] for f in figures]
+                                   for n, figures in state.figures.items()},
+                       "sends": state.sends}, separators=(",", ":"))
+
+
+def decode(text: str) -> State:
+    """A state file's content; anything unreadable or of another shape is a fresh state."""
+    try:
+        data = json.loads(text)
+        if not isinstance(data, dict) or data.get("v") != STATE_VERSION:
+            return State()
+        figures = {str(n): [Figure(float(r), float(s), None if lim is None else float(lim),
+                                   None if at is None else float(at)) for r, s, lim, at in held]
+                   for n, held in data["figures"].items()}
+        window_s = {str(n): float(w) for n, w in data["window_s"].items()}
+        sends = [[float(x) for x in send] for send in data["sends"] if len(send) == 1 + len(WINDOWS)]
+        return State(figures, window_s, float(data["paused_until"]), sends)
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+        return State()
+
+
+class SharedBudget:
+    """One endpoint's state file under a cache folder, read and changed under its lock."""
+
+    def __init__(self, directory: Path, name: str, wall: Callable[[], float] = time.time) -> None:
+        self.path = directory / f"{name}.json"
+        self._lock_path = directory / f"{name}.lock"
+        self._wall = wall
+        self._fd: int | None = None
+        self.refused: str | None = None  #: why the folder or its lock was refused (then nothing is shared)
+
+    @classmethod
+    def under(cls, cache_dir: Path, base_url: str, route: str, key_env: str | None) -> SharedBudget:
+        """The state file of an endpoint under a cache folder."""
+        return cls(cache_dir / FOLDER, endpoint_id(base_url, route, key_env))
+
+    def reserve(self, against: Callable[[str], int]) -> tuple[float, float]:
+        """(seconds to wait, 0.0 when the send is written down now; the wall time it was written at)."""
+        now = self._wall()
+        if self.refused is not None or self._nothing_said(now):
+            return 0.0, now  # no job has heard of a budget or met a throttle: nothing to share yet
+        units = {name: against(name) for name in WINDOWS}
+        with self._locked() as state:
+            if state is None:
+                return 0.0, now
+            return reserve(state, units, now), now
+
+    def learn(self, sent_at: float, windows: Mapping[str, Reported]) -> None:
+        """A response's budget figures, for the send made at ``sent_at``."""
+        if not windows:
+            return
+        with self._locked() as state:
+            if state is not None:
+                learn(state, sent_at, windows, self._wall())
+
+    def pause(self, seconds: float) -> None:
+        """No job sends for ``seconds`` (a throttle met)."""
+        with self._locked() as state:
+            if state is not None:
+                state.paused_until = max(state.paused_until, self._wall() + seconds)
+
+    def _nothing_said(self, now: float) -> bool:
+        """Whether the file holds no figure and no pause (read without the lock: it is replaced whole)."""
+        state = self.read()
+        return not state.figures and state.paused_until <= now
+
+    def read(self) -> State:
+        """The state as the file holds it now (for tests and the curious)."""
+        try:
+            return decode(self.path.read_text(encoding="utf-8"))
+        except OSError:
+            return State()
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[State | None]:
+        """The state, under the lock, written back after; None when the folder or its lock is refused."""
+        fd = self._lock()
+        if fd is None:
+            yield None
+            return
+        try:
+            state = self.read()
+            yield state
+            prune(state, self._wall())
+            self._write(encode(state))
+        except OSError as exc:
+            self._refuse(exc)
+        finally:
+            with contextlib.suppress(OSError):
+                fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def _lock(self) -> int | None:
+        if self.refused is not None:
+            return None
+        try:
+            if self._fd is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            fcntl.flock(self._fd, fcntl.LOCK_EX)  # held for one read and one rename: microseconds
+        except OSError as exc:
+            self._refuse(exc)
+            return None
+        return self._fd
+
+    def _write(self, text: str) -> None:
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=self.path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            os.replace(tmp, self.path)  # no fsync: a state lost to a power cut only paces less well
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+    def _refuse(self, exc: OSError) -> None:
+        self.refused = f"{self.path.parent}: {exc.strerror or exc}"
+        log.warning("pacing: cannot share the rate budget with other jobs through %s; this job paces alone "
+                    "(docs/team/team.md)", self.refused)
+        self.close()
+
+    def close(self) -> None:
+        """Close the lock file."""
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
