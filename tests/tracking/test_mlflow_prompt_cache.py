@@ -145,3 +145,61 @@ def test_the_report_shows_each_run_s_prompt_cache_per_endpoint(store):
         assert row["saved_usd"] == pytest.approx(want["saved_usd"], abs=1e-4), shape
     page = render.page(report, {})
     assert '<h3>Prompt cache</h3>' in page and "hit_rate_pct" in page
+
+
+def test_a_sweep_parent_holds_the_sweep_s_prompt_cache(store):
+    """The three runs as the children of one parent: the parent's metrics are their figures summed, the hit
+    rate that of the sums (the first job of a sweep sends the repeats, so the sum is what the sweep did)."""
+    from mlflow.tracking import MlflowClient
+
+    from wildtrace.tracking.runs.parent import SWEEP_TAG, refresh_parent
+
+    client = MlflowClient(tracking_uri=store["uri"])
+    experiment = client.get_experiment_by_name("wildtrace").experiment_id
+    parent = client.create_run(experiment, tags={SWEEP_TAG: "parent"}).info.run_id
+    for run in store["runs"].values():
+        client.set_tag(run["run_id"], "mlflow.parentRunId", parent)
+    refresh_parent(client, parent)
+    m = client.get_run(parent).data.metrics
+    want = [run["expected"] for run in store["runs"].values()]
+    total = {k: sum(w[k] for w in want) for k in ("input_tokens", "cached_input_tokens", "cache_write_tokens",
+                                                    "saved_usd")}
+    assert m["prompt_cache/model/input_tokens"] == total["input_tokens"]
+    assert m["prompt_cache/model/cached_input_tokens"] == total["cached_input_tokens"]
+    assert m["prompt_cache/model/cache_write_tokens"] == total["cache_write_tokens"]
+    assert m["prompt_cache/model/hit_rate"] == pytest.approx(total["cached_input_tokens"] / total["input_tokens"],
+                                                             abs=5e-5)
+    assert m["prompt_cache/model/saved_usd"] == pytest.approx(total["saved_usd"], rel=1e-3)
+    assert m["prompt_cache/saved_usd"] == pytest.approx(total["saved_usd"], rel=1e-3)
+
+
+def child(**metrics: float):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(data=SimpleNamespace(metrics=metrics))
+
+
+@pytest.mark.parametrize("children, want", [
+    pytest.param([], {}, id="no child"),
+    pytest.param([child(overall_pct=30.0)], {}, id="no prompt cache"),
+    pytest.param([child(**{"prompt_cache/model/input_tokens": 100, "prompt_cache/model/cached_input_tokens": 0,
+                           "prompt_cache/model/saved_usd": -0.25, "prompt_cache/saved_usd": -0.25}),
+                  child(**{"prompt_cache/model/input_tokens": 300, "prompt_cache/model/cached_input_tokens": 300,
+                           "prompt_cache/model/saved_usd": 1.35, "prompt_cache/saved_usd": 1.35})],
+                 {"prompt_cache/model/input_tokens": 400, "prompt_cache/model/cached_input_tokens": 300,
+                  "prompt_cache/model/hit_rate": 0.75, "prompt_cache/model/saved_usd": 1.1,
+                  "prompt_cache/saved_usd": 1.1}, id="a write, then reads"),
+    pytest.param([child(**{"prompt_cache/a/input_tokens": 100, "prompt_cache/a/cached_input_tokens": 50,
+                           "prompt_cache/a/saved_usd": 0.5, "prompt_cache/b/input_tokens": 10,
+                           "prompt_cache/b/cached_input_tokens": 0}),
+                  child(**{"prompt_cache/a/input_tokens": 100, "prompt_cache/a/cached_input_tokens": 50,
+                           "prompt_cache/a/saved_usd": 0.5})],
+                 {"prompt_cache/a/input_tokens": 200, "prompt_cache/a/cached_input_tokens": 100,
+                  "prompt_cache/a/hit_rate": 0.5, "prompt_cache/a/saved_usd": 1.0,
+                  "prompt_cache/b/input_tokens": 10, "prompt_cache/b/cached_input_tokens": 0,
+                  "prompt_cache/b/hit_rate": 0.0}, id="a saving unknown (no price) is no sum"),
+])
+def test_the_sweep_s_prompt_cache_is_its_children_summed(children, want):
+    from wildtrace.tracking.runs.parent import prompt_cache_totals
+
+    assert prompt_cache_totals(children) == pytest.approx(want)

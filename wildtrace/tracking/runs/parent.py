@@ -7,7 +7,8 @@ against the sweep's first point: the paired difference of the per-task scores in
 its 95 % paired-t interval (``<point>/diff_pp``, ``diff_ci_low_pp``, ``diff_ci_high_pp``),
 its p-value Holm-adjusted across the sweep's comparisons (``<point>/p_holm``), as the report
 reads a sweep, and a verdict tag ``verdict/<point>`` saying what was tested. The table
-``points.json`` holds the same rows.
+``points.json`` holds the same rows. The sweep's prompt cache is there too: each child's
+``prompt_cache/…`` metrics summed, the hit rate of the sums.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from wildtrace.tracking import readable
 from wildtrace.tracking.store import replace_table
 
 if TYPE_CHECKING:  # imported where a table is made: the run's process reads a sweep's parent without pandas
@@ -31,6 +33,8 @@ POINTS_TABLE = "points.json"
 SWEEP_TAG, SWEEP_KEYS_TAG, SWEPT_PREFIX = "wildtrace.sweep", "wildtrace.sweep.keys", "sweep."
 #: The paired interval's level.
 LEVEL = 0.95
+#: The prompt cache's metrics (``rundir.prompt_cache_metrics``): what the parent sums over the sweep.
+PROMPT_CACHE = "prompt_cache/"
 
 
 def swept_keys(client: Any, parent_run_id: str | None) -> list[str]:
@@ -50,14 +54,17 @@ def point_of(tags: Mapping[str, str], keys: Sequence[str]) -> str:
     return "/".join(f"{k}/{tags.get(SWEPT_PREFIX + k, '')}".replace("=", "_").replace(",", "_") for k in keys)
 
 
-def children_frame(client: Any, parent_run_id: str) -> pd.DataFrame:
+def children_of(client: Any, parent: Any) -> list:
+    """The parent's child runs (logged or still running)."""
+    return client.search_runs([parent.info.experiment_id], f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'",
+                              max_results=5000)
+
+
+def children_frame(parent: Any, children: Sequence[Any]) -> pd.DataFrame:
     """A row per child run (logged or still running): id, name, status, point, overrides, headline."""
     import pandas as pd
 
-    parent = client.get_run(parent_run_id)
     keys = keys_of(parent.data.tags)
-    children = client.search_runs([parent.info.experiment_id], f"tags.`mlflow.parentRunId` = '{parent_run_id}'",
-                                  max_results=5000)
     rows = [{"run_id": c.info.run_id, "run_name": c.info.run_name, "status": c.info.status,
              "point": point_of(c.data.tags, keys) if keys else None,
              "overrides": c.data.tags.get("hydra.overrides", ""),
@@ -73,6 +80,31 @@ def point_metrics(frame: pd.DataFrame) -> dict[str, float]:
         for key in ("overall_pct", "scored_pct"):
             if row["point"] and row[key] is not None and not math.isnan(row[key]):
                 out[f"{row['point']}/{key}"] = float(row[key])
+    return out
+
+
+def prompt_cache_totals(children: Sequence[Any]) -> dict[str, float]:
+    """The sweep's prompt cache, from its children's ``prompt_cache/…`` metrics: per endpoint the tokens
+    and the saving summed, the hit rate of the sums (``cached_input_tokens / input_tokens``), and the
+    sweep's saving. The first job to reach a task sends its repeats too, so one job's figures are
+    most of the sweep's and the others' nothing: the sum is what the sweep did. A saving some child
+    does not know (its run_stats say null) leaves the sum unknown: no metric."""
+    sums: dict[str, float] = {}
+    unknown: set[str] = set()
+    for child in children:
+        metrics = child.data.metrics
+        for key, value in metrics.items():
+            if key.startswith(PROMPT_CACHE) and not key.endswith("/hit_rate"):
+                sums[key] = sums.get(key, 0.0) + value
+        for key in [k for k in metrics if k.startswith(PROMPT_CACHE) and k.endswith("/input_tokens")]:
+            endpoint = key[:-len("input_tokens")]
+            if endpoint + "saved_usd" not in metrics:
+                unknown |= {endpoint + "saved_usd", PROMPT_CACHE + "saved_usd"}
+    out = {k: readable.usd(v) if k.endswith("saved_usd") else v for k, v in sums.items() if k not in unknown}
+    for key, total in sums.items():
+        if key.endswith("/input_tokens") and total:
+            out[key[:-len("input_tokens")] + "hit_rate"] = readable.fraction(
+                sums.get(key[:-len("input_tokens")] + "cached_input_tokens", 0.0) / total)
     return out
 
 
@@ -149,9 +181,11 @@ def refresh_parent(client: Any, parent_run_id: str, close: str | None = None,
 
     import pandas as pd
 
-    frame = children_frame(client, parent_run_id)
+    parent = client.get_run(parent_run_id)
+    children = children_of(client, parent)
+    frame = children_frame(parent, children)
     replace_table(client, parent_run_id, frame, CHILDREN_TABLE)
-    metrics = point_metrics(frame)
+    metrics = {**point_metrics(frame), **prompt_cache_totals(children)}
     rows = verdicts(frame, job_dirs) if job_dirs else []
     tags = []
     for row in rows:
