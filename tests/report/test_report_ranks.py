@@ -70,3 +70,32 @@ def test_a_clear_leader_ranks_first_in_every_draw_and_ties_share_the_better_rank
                            Bootstrap(resamples=300, seed=0))
     assert found[["rank", "rank_ci_low", "rank_ci_high", "p_rank1_pct"]].values.tolist() == [
         [1, 1, 1, 100.0], [2, 2, 2, 0.0], [2, 2, 2, 0.0]]
+
+
+def test_an_ablation_of_one_model_says_why_tau_is_not_shown(tmp_path):
+    from test_report import A1, B, write_run
+
+    from wildtrace.report import render, sources
+    from wildtrace.report.assemble import build
+
+    write_run(tmp_path / "one", "a", "alpha", A1)
+    write_run(tmp_path / "one", "a-only-a", "alpha", {"a": A1["a"]}, panel="trio_only_a")
+    report = build(sources.from_run_dirs([str(tmp_path / "one" / "*")]), Bootstrap(resamples=100))
+    row = report.ablations.iloc[0]
+    assert row["tau"] is None and row["n_models"] == 1
+    assert row["tau_not_shown"] == "fewer than 2 models ablated this way (1): τ compares the models' rankings"
+    render.write(report, tmp_path / "out")
+    page = (tmp_path / "out" / "report.html").read_text()
+    ablations = page[page.index('<section id="ablations">'):page.index('<section id="reruns">')]
+    assert "<b>Kendall τ is not shown:</b> fewer than 2 models ablated this way (1)" in ablations
+
+    for name, scores in (("a", A1), ("b", B)):  # two models, the same judge dropped: τ is shown
+        write_run(tmp_path / "two", name, name, scores)
+        write_run(tmp_path / "two", f"{name}-only-a", name, {"a": scores["a"]}, panel="trio_only_a")
+    report = build(sources.from_run_dirs([str(tmp_path / "two" / "*")]), Bootstrap(resamples=100))
+    full = [np.mean(np.nanmean(np.array(s, dtype=float), axis=0)) for s in
+            ([[np.nan if v is None else v for v in A1[k]] for k in "abc"],
+             [[np.nan if v is None else v for v in B[k]] for k in "abc"])]
+    only = [np.mean(A1["a"]), np.mean(B["a"])]
+    assert list(report.ablations["tau_not_shown"]) == ["", ""]
+    assert report.ablations["tau"].iloc[0] == pytest.approx(round(sps.kendalltau(full, only).statistic, 4))

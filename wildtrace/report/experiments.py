@@ -379,6 +379,15 @@ def _kendall_with_interval(full: np.ndarray, variant: np.ndarray, boot: Bootstra
     return tau, low, high
 
 
+def tau_absence(n_models: int, tau: float | None) -> str:
+    """Why an ablation's Kendall τ is empty ("" when it is shown)."""
+    if tau is not None:
+        return ""
+    if n_models < 2:
+        return f"fewer than 2 models ablated this way ({n_models}): τ compares the models' rankings"
+    return "the models tie under one of the panels: no ranking to compare"
+
+
 def ablations_frame(experiments: Sequence[Experiment], boot: Bootstrap = DEFAULT_BOOTSTRAP,
                     top: int = 3) -> pd.DataFrame:
     """ablations.csv: a row per (model, variant): its score beside the full panel's, the paired
@@ -412,6 +421,7 @@ def ablations_frame(experiments: Sequence[Experiment], boot: Bootstrap = DEFAULT
                 "rank_full": int(full_rank[j]), "rank_variant": int(var_rank[j]),
                 "rank_change": int(full_rank[j] - var_rank[j]), "n_models": len(members),
                 "tau": tau, "tau_ci_low": tau_low, "tau_ci_high": tau_high,
+                "tau_not_shown": tau_absence(len(members), tau),
                 "tasks_moved_most": "; ".join(f"{q} ({100.0 * (var[k, j] - full[k, j]):+.1f} pp)"
                                               for q, k in ((q, tasks.index(q)) for q in moved.index[:top])
                                               if moved[q] > 0),

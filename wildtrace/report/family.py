@@ -23,9 +23,9 @@ COLUMNS = ["judge", "judge_family", "same_family_models", "n_same_family_models"
            "same_family_offset_pp", "other_offset_pp", "family_bias_pp", "ci_low_pp", "ci_high_pp", "p_value",
            "p_holm", "distinguishable", "small_n", "rank_changes_without_judge", "n_models_moved", "tau_without_judge"]
 #: What the page says where no judge shares a family with a contestant, or none is known.
-HOW_TO = ("Judge-family check not shown: it needs a `family` in the model files and the judge files "
-          "(conf/model/*.yaml, conf/judge/*.yaml, e.g. `family: qwen`; or `model.family=qwen` on the command line) "
-          "and at least one contestant of a judge's family and one of another.")
+HOW_TO = ("Judge-family check not shown: set family in the model and judge files (conf/model/*.yaml, "
+          "conf/judge/*.yaml, e.g. family: qwen; or model.family=qwen on the command line); it needs a "
+          "contestant of a judge's family and one of another.")
 
 
 def model_family(g: Group) -> str | None:

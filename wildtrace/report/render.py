@@ -493,7 +493,17 @@ def _ablations_html(report: Report) -> str:
     return ("<p>Each variant's score beside the full panel's on the same answers, the paired difference, each "
             "model's rank under both panels, Kendall τ between the two rankings of the models ablated the same "
             "way (with a bootstrap interval over tasks; undefined with fewer than two models) and the tasks whose "
-            "score moved most.</p>" + _term("paired") + _table(report.ablations.drop(columns=["experiment"])))
+            "score moved most.</p>" + _term("paired") + _tau_note(report.ablations)
+            + _table(report.ablations.drop(columns=["experiment"])))
+
+
+def _tau_note(ablations: pd.DataFrame) -> str:
+    """Why Kendall τ is empty, said once above the table where no variant has one."""
+    reasons = set(ablations.get("tau_not_shown", pd.Series(dtype=str)).fillna(""))
+    if "" in reasons or not reasons:
+        return ""
+    return ("<p><b>Kendall τ is not shown:</b> " + html.escape("; ".join(sorted(reasons)))
+            + ". Run another model with the same panels to compare rankings.</p>")
 
 
 #: The spec's claim the family check is read against (§4), word for word.
