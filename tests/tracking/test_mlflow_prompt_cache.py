@@ -203,3 +203,26 @@ def test_the_sweep_s_prompt_cache_is_its_children_summed(children, want):
     from wildtrace.tracking.runs.parent import prompt_cache_totals
 
     assert prompt_cache_totals(children) == pytest.approx(want)
+
+
+@pytest.mark.parametrize("block, want", [
+    pytest.param({}, {}, id="a run from before prompt caching"),
+    pytest.param({"endpoints": {}, "saved_usd": 0.0}, {"prompt_cache/saved_usd": 0.0}, id="nothing sent"),
+    pytest.param({"endpoints": {"model": {"calls": 2, "hits": 1, "input_tokens": 2000, "cached_input_tokens": 1000,
+                                          "cache_write_tokens": 1000, "cache_write_1h_tokens": 1000,
+                                          "hit_rate": 0.5, "saved_usd": 0.000123456}},
+                  "saved_usd": 0.000123456},
+                 {"prompt_cache/model/input_tokens": 2000, "prompt_cache/model/cached_input_tokens": 1000,
+                  "prompt_cache/model/cache_write_tokens": 1000, "prompt_cache/model/cache_write_1h_tokens": 1000,
+                  "prompt_cache/model/hit_rate": 0.5, "prompt_cache/model/saved_usd": 0.0001235,
+                  "prompt_cache/saved_usd": 0.0001235}, id="a write for the hour, a read; dollars to 4 digits"),
+    pytest.param({"endpoints": {"judge a/b": {"input_tokens": 10, "cached_input_tokens": 0, "cache_write_tokens": 0,
+                                              "hit_rate": 0.0, "saved_usd": None}}, "saved_usd": None},
+                 {"prompt_cache/judge a_b/input_tokens": 10, "prompt_cache/judge a_b/cached_input_tokens": 0,
+                  "prompt_cache/judge a_b/cache_write_tokens": 0, "prompt_cache/judge a_b/hit_rate": 0.0},
+                 id="an unknown saving is no metric; a label is one key part"),
+])
+def test_prompt_cache_metrics_from_run_stats(block, want):
+    from wildtrace.tracking.rundir import prompt_cache_metrics
+
+    assert prompt_cache_metrics(block) == want

@@ -404,15 +404,15 @@ def cost_metrics(cost: Mapping) -> dict[str, float]:
 
 #: A run_stats ``prompt_cache`` row's keys, each one metric per endpoint, rounded by its unit.
 PROMPT_CACHE_ROUNDING: dict[str, Callable[[Any], Any]] = {
-    "input_tokens": int, "cached_input_tokens": int, "cache_write_tokens": int, "hit_rate": readable.fraction,
-    "saved_usd": readable.usd}
+    "input_tokens": int, "cached_input_tokens": int, "cache_write_tokens": int, "cache_write_1h_tokens": int,
+    "hit_rate": readable.fraction, "saved_usd": readable.usd}
 
 
 def prompt_cache_metrics(block: Mapping) -> dict[str, float]:
     """What the providers' prompt caches did, per endpoint (``prompt_cache/<endpoint>/input_tokens``,
-    ``cached_input_tokens``, ``cache_write_tokens``, ``hit_rate``: the share of input tokens read from
-    the cache, 0–1; ``saved_usd``) and the run's ``prompt_cache/saved_usd``; an unknown saving is no
-    metric, never a 0."""
+    ``cached_input_tokens``, ``cache_write_tokens`` and of them ``cache_write_1h_tokens``, ``hit_rate``:
+    the share of input tokens read from the cache, 0–1; ``saved_usd``) and the run's
+    ``prompt_cache/saved_usd``; an unknown saving is no metric, never a 0."""
     m: dict[str, float] = {}
     for label, row in (block.get("endpoints") or {}).items():
         for key, rounding in PROMPT_CACHE_ROUNDING.items():
