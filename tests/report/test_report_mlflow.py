@@ -99,6 +99,8 @@ def test_report_is_its_own_tagged_run_and_is_never_read_back(store):
     assert "5 runs read, 1 identical duplicate counted once" in (out / "leaderboard.md").read_text()
     # its metric keys say what they measure, never a row's label (no model name, panel or setting in them)
     keys = set(client.get_run(reports.iloc[0]["run_id"]).data.metrics)
+    assert client.get_run(reports.iloc[0]["run_id"]).data.params["bootstrap"] == \
+        "2000 resamples, seed 0, level 0.95, small n t"  # how every interval of the report was drawn
     judges = "|".join(("strict", "balanced", "lenient"))
     assert "inter_judge/krippendorff_alpha_interval" in keys and any(k.startswith("intra_rater/") for k in keys)
     assert all(re.fullmatch(rf"inter_judge/krippendorff_alpha_interval|intra_rater/({judges})/[a-z0-9_]+", k)

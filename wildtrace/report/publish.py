@@ -65,8 +65,9 @@ def log_report(report: Report, out_dir: Path, tracking_uri: str, experiment: str
         for i in range(0, len(metrics), 1000):
             client.log_batch(run_id, metrics=metrics[i:i + 1000])
         client.log_param(run_id, "runs_read", str(report.n_runs_read))
-        client.log_param(run_id, "bootstrap", f"{report.boot.resamples} resamples, seed {report.boot.seed}, "
-                                              f"level {report.boot.level}")
+        b = report.boot
+        client.log_param(run_id, "bootstrap", f"{b.resamples} resamples, seed {b.seed}, level {b.level}, "
+                                              f"small n {b.small_n}" + ", by document" * b.by_document)
         client.set_terminated(run_id, "FINISHED")
     except BaseException:
         client.set_terminated(run_id, "FAILED")
