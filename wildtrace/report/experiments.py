@@ -301,7 +301,7 @@ def rank_intervals(points: Sequence[Group], boot: Bootstrap = DEFAULT_BOOTSTRAP)
     idx = rng.integers(0, m.shape[0], size=(boot.resamples, m.shape[0]))
     means = np.stack([m[i].mean(axis=0) for i in idx]) if m.shape[0] else np.zeros((boot.resamples, len(points)))
     ranks = 1 + (means[:, None, :] > means[:, :, None]).sum(axis=2)  # ranks[d, j]: points above j in draw d
-    own = 1 + (m.mean(axis=0)[None, :] > m.mean(axis=0)[:, None]).sum(axis=1)
+    own = stats.ranks(m.mean(axis=0))
     tail = 100.0 * (1.0 - boot.level) / 2.0
     return pd.DataFrame({"rank": own, "rank_ci_low": np.percentile(ranks, tail, axis=0, method="lower"),
                          "rank_ci_high": np.percentile(ranks, 100 - tail, axis=0, method="higher"),
@@ -405,8 +405,7 @@ def ablations_frame(experiments: Sequence[Experiment], boot: Bootstrap = DEFAULT
         full = np.column_stack([averaged(e.reference, tasks).to_numpy() for e, _ in members if e.reference])
         var = np.column_stack([averaged(g, tasks).to_numpy() for _, g in members])
         tau, tau_low, tau_high = _kendall_with_interval(full, var, boot)
-        full_rank = 1 + (full.mean(axis=0)[None, :] > full.mean(axis=0)[:, None]).sum(axis=1)
-        var_rank = 1 + (var.mean(axis=0)[None, :] > var.mean(axis=0)[:, None]).sum(axis=1)
+        full_rank, var_rank = stats.ranks(full.mean(axis=0)), stats.ranks(var.mean(axis=0))
         for j, (e, g) in enumerate(members):
             assert e.reference is not None
             d = stats.paired_t(var[:, j] - full[:, j], boot.level)

@@ -66,7 +66,7 @@ def family_frame(points: Sequence[Group], level: float = stats.LEVEL) -> pd.Data
     cubes = {m: cube(g, tasks, judges) for m, g in models.items()}
     everyone = np.ones(len(judges), dtype=bool)
     full = {m: float(family.panel_scores(c, everyone).mean()) for m, c in cubes.items()}
-    full_rank = dict(zip(full, family.ranks(list(full.values())), strict=True))
+    full_rank = dict(zip(full, stats.ranks(list(full.values())), strict=True))
     rows: list[dict[str, Any]] = []
     for judge, fam in sorted(judged.items()):
         j = judges.index(judge)
@@ -77,7 +77,7 @@ def family_frame(points: Sequence[Group], level: float = stats.LEVEL) -> pd.Data
                                   [family.offsets(cubes[m], j) for m in other], level) if same and other else None
         without = {m: float(family.panel_scores(c, everyone & (np.arange(len(judges)) != j)).mean())
                    for m, c in cubes.items()}
-        rank = dict(zip(without, family.ranks(list(without.values())), strict=True))
+        rank = dict(zip(without, stats.ranks(list(without.values())), strict=True))
         moved = [f"{m}: {full_rank[m]}→{rank[m]}" for m in sorted(full, key=lambda m: (full_rank[m], m))
                  if rank[m] != full_rank[m]]
         rows.append({"judge": judge, "judge_family": fam, "same_family_models": ",".join(sorted(same)),

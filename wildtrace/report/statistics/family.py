@@ -54,9 +54,3 @@ def panel_scores(cube: np.ndarray, keep: np.ndarray) -> np.ndarray:
     sub = cube[..., keep]
     scored = np.isfinite(sub).any(axis=-1)
     return np.where(scored, _nanmean(sub, axis=-1), 0.0).mean(axis=0)
-
-
-def ranks(values: Sequence[float]) -> np.ndarray:
-    """1 = best; tied values share the better rank (as the leaderboard's rank column)."""
-    v = np.asarray(values, dtype=float)
-    return 1 + (v[None, :] > v[:, None]).sum(axis=1)

@@ -408,6 +408,12 @@ def krippendorff_bootstrap(reliability: np.ndarray, boot: Bootstrap = DEFAULT_BO
     return _percentiles(np.where(ss > 0, alpha, np.nan), boot.level)
 
 
+def ranks(values: np.ndarray | Sequence[float]) -> np.ndarray:
+    """1 = best; tied values share the better rank (the leaderboard's rank column)."""
+    v = np.asarray(values, dtype=float)
+    return 1 + (v[None, :] > v[:, None]).sum(axis=1)
+
+
 def kendall_tau(a: Sequence[float], b: Sequence[float]) -> float | None:
     """Kendall's tau-b of two score lists (None with fewer than two or a constant side)."""
     from scipy.stats import kendalltau
