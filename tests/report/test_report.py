@@ -283,6 +283,32 @@ def test_markdown_table_golden():
                                       "| a\\|b | 28.2 | 10 | — | 0.0012 |\n")
 
 
+@pytest.mark.parametrize(("column", "value", "shown"), [
+    ("overall_pct", 28.2549, 28.3), ("diff_ci_low_pp", -2.0449, -2.0), ("mean_spread", 28.5714, 28.6),
+    ("points_strict", 5.7143, 5.7), ("p_value", 0.0123456, 0.0123), ("tau", 0.333333, 0.3333),
+    ("cost_usd", 0.12345678, 0.1235), ("var_task_pp2", 12.3456, 12.35)])
+def test_every_table_rounds_by_the_unit_in_its_column_name(column, value, shown):
+    assert render.rounded(pd.DataFrame({column: [value, None]}))[column].tolist() == [shown, None]
+
+
+def test_sweeps_csv_writes_each_value_as_the_config_has_it(tmp_path):
+    """A max_tokens sweep beside a temperature sweep: sweeps.csv's value column holds 64 and 0.4,
+    not the 64.0 a column of mixed numbers would make."""
+    small = write_run(tmp_path / "runs", "mt64", "alpha", {"a": [0.1] * 8})
+    config = json.loads((small / "config.json").read_text())
+    config["decoding"]["max_tokens"] = 64
+    (small / "config.json").write_text(json.dumps(config))
+    stats = json.loads((small / "run_stats.json").read_text())
+    stats["effective_max_tokens"] = 64
+    (small / "run_stats.json").write_text(json.dumps(stats))
+    write_run(tmp_path / "runs", "t04", "alpha", {"a": [0.2] * 8}, t=0.4)
+    write_run(tmp_path / "runs", "default", "alpha", {"a": [0.3] * 8})
+    render.write(report_of(tmp_path / "runs"), tmp_path / "report")
+    values = pd.read_csv(tmp_path / "report" / "sweeps.csv", dtype=str).set_index("key")["value"]
+    assert sorted(values["decoding.max_tokens"]) == ["64", "8192"]
+    assert sorted(values["decoding.temperature"]) == ["0.1", "0.4"]
+
+
 def test_files_and_a_self_contained_page(runs_root, tmp_path):
     report = report_of(runs_root)
     out = tmp_path / "report"

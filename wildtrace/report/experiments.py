@@ -287,7 +287,10 @@ def sweeps_frame(experiments: Iterable[Experiment], boot: Bootstrap = DEFAULT_BO
                 **answer_columns(g), **cost_columns(g.runs, _pct(overall)),
                 "judge_drift": drift(e.reference, g),
             })
-    return _round(pd.DataFrame(rows))
+    frame = _round(pd.DataFrame(rows))
+    if rows:  # each value as the config has it (max_tokens 64, not the 64.0 a column of mixed numbers makes)
+        frame["value"] = pd.Series([r["value"] for r in rows], index=frame.index, dtype=object)
+    return frame
 
 
 def rank_intervals(points: Sequence[Group], boot: Bootstrap = DEFAULT_BOOTSTRAP) -> pd.DataFrame:

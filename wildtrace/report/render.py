@@ -278,7 +278,7 @@ def tables(report: Report) -> dict[str, pd.DataFrame]:
     return {name: rounded(frame) for name, frame in out.items()}
 
 
-#: Digits a CSV keeps: 1 for scores and differences (0.1 pp), 4 for the rest (p, r, alpha, tau, rates).
+#: Digits a CSV keeps: 1 for scores, differences and rubric points (0.1 pp), 4 for the rest (p, r, alpha, tau, rates).
 SCORE_DIGITS, OTHER_DIGITS = 1, 4
 #: Columns in % or pp whose names predate the unit suffix.
 SCORE_COLUMNS = ("overall", "overall_ci_low", "overall_ci_high", "scored", "scored_ci_low", "scored_ci_high",
@@ -293,7 +293,8 @@ def rounded(frame: pd.DataFrame) -> pd.DataFrame:
         if not any(isinstance(v, float) for v in values):
             continue
         name = str(column)
-        digits = SCORE_DIGITS if name.endswith(("_pct", "_pp")) or name in SCORE_COLUMNS else OTHER_DIGITS
+        points = name == "mean_spread" or name.startswith("points_")  # rubric points, on the scores' 0–100 scale
+        digits = SCORE_DIGITS if name.endswith(("_pct", "_pp")) or name in SCORE_COLUMNS or points else OTHER_DIGITS
         if name.endswith("_pp2") or name.endswith("_usd") or name == "usd_per_point":
             digits = 2 if name.endswith("_pp2") else OTHER_DIGITS
         out[column] = pd.Series([round(v, digits) if isinstance(v, float) and v == v else
