@@ -160,8 +160,8 @@ def test_a_burst_of_429s_is_one_throttle_and_the_concurrency_stays():
     assert limit.delay_for(Cost(1)) == pytest.approx(0.5)
     clock.advance(0.5)
     later = take(limit, 1)
-    limit.release(later, 429, {})  # sent after the throttle was seen: a new one, the pause doubles
-    assert (limit.throttles, limit.limit, limit.delay_for(Cost(1))) == (2, 8, pytest.approx(1.0))
+    limit.release(later, 429, {})  # sent after the throttle was seen: a new one, the pause triples
+    assert (limit.throttles, limit.limit, limit.delay_for(Cost(1))) == (2, 8, pytest.approx(1.5))
 
 
 # --------------------------------------------------------------------------------------
@@ -193,14 +193,14 @@ def test_without_headers_the_first_throttle_searches_and_learns_the_rate():
     assert limit.delay_for(Cost(100)) == pytest.approx(1 / 1.8)  # and 1.8 requests a second
 
 
-def test_a_search_probe_refused_doubles_the_pause():
+def test_a_search_probe_refused_triples_the_pause():
     limit, clock = limiter(8, pause_base_s=0.5)
     admit(limit, 1000, 4)
     clock.advance(1.0)
     limit.release(take(limit, 1000), 429, {})
     clock.advance(1.0)
     limit.release(take(limit, 1000), 429, {})  # the first probe: still refused
-    assert limit.delay_for(Cost(1000)) == pytest.approx(2.0)
+    assert limit.delay_for(Cost(1000)) == pytest.approx(3.0)
 
 
 def test_a_learned_window_holds_no_more_than_its_share():
@@ -236,7 +236,7 @@ def test_a_throttle_with_nothing_admitted_halves_the_rate():
 
 
 @pytest.mark.parametrize(("throttled", "rate"), [
-    (False, 1800 * 1.02 ** 2),  # before a later throttle: by a share of itself (the search may have overshot)
+    (False, 1800 * 1.1 ** 2),  # before a later throttle: by a share of itself (the search may have overshot)
     (True, 900 + 2 * 0.02 * 1000 / 4),  # after: by a share of an attempt a window
 ])
 def test_successes_raise_a_learned_rate(throttled, rate):

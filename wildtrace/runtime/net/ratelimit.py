@@ -20,14 +20,14 @@ when its status and headers arrive (a streamed answer's come first), and
   the headers say paces the rest, instead of a first burst of ``max_concurrency`` sent blind. The
   wait ends with that first answer's head (or its end, if it fails before one), headers or not,
   and after ``PROBE_S`` at most, so an endpoint that sends no early head (a plain answer's headers
-  come with its whole body) costs a run without a rate limit a fraction of a second, not one
+  come with its whole body) costs a run without a rate limit a second at most, not one
   latency. Plain (non-streamed) and in-process endpoints are not probed.
 - **A burst of 429s is one throttle.** Attempts sent before a throttle was seen answer 429 together;
   only a 429 for an attempt sent after it is a new throttle. A throttle pauses the endpoint for the
   server's hint, else for the budget's reset.
 - **Without budget headers the limit is learned from 429s** (``_Learned``). The first throttle
   pauses (first for as long as the endpoint took to meet the limit, ``pause_base_s`` at least,
-  doubling while one attempt at a time is refused); the first success after it says how long a
+  tripling while one attempt at a time is refused); the first success after it says how long a
   window was, and what was admitted before the throttle what it holds: the rate is that, a margin
   below. Each later throttle sets the rate to what was admitted over the trailing window (half
   of it if nothing was), and each success raises it by a small share of an attempt, so a 429
@@ -71,10 +71,12 @@ _GO_UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0
 _MAX_RESET_S = 86_400.0
 #: Attempts remembered for taking a late figure's count forward (far more than are ever in flight).
 SENT_KEPT = 4096
-#: The longest the first attempt goes alone waiting for its answer's head (``AdaptiveLimit(probe=True)``):
-#: a streamed answer's head comes within a network round trip or so; a provider slower than this
-#: to start answering gets its first burst sent blind, and its 429s (with their headers) pace the rest.
-PROBE_S = 0.25
+#: The longest the first attempt goes alone waiting for its answer's head (``AdaptiveLimit(probe=True)``),
+#: counted from when it is let through, so it covers opening the connection too: a streamed head
+#: comes within a connection's set-up and a first byte; a provider slower than this to start
+#: answering gets its first burst sent blind, and its 429s (with their headers) pace the rest.
+#: A run without a rate limit pays it once (0.3 % of 31 waves of 10 s calls).
+PROBE_S = 1.0
 #: However much other jobs take, a job's sends are spread at no less than this share of a window's rate.
 MIN_SHARE = 1 / 16
 
@@ -263,8 +265,13 @@ class Grant:
 LEARNED_UNITS = ("input-tokens", "output-tokens", "requests")
 #: A rate learned from 429s alone is set to this share of what the endpoint admitted before refusing …
 LEARNED_MARGIN = 0.9
-#: … and grows by this share of an attempt a window with each success, so a 429 stays rare.
+#: … and grows by this share of an attempt a window with each success, so a 429 stays rare …
 LEARNED_GROWTH = 0.02
+#: … once a throttle has followed the search; before, by this share of itself (the search's last
+#: pause may have been up to ``SEARCH_GROWTH`` times too long, and the window with it).
+LEARNED_RAMP = 0.1
+#: The search's pause grows this many times with each attempt refused.
+SEARCH_GROWTH = 3
 
 
 class _Learned:
@@ -346,11 +353,13 @@ class _Learned:
             self.fit([g for g in self.kept if g.admitted and g.seq < self.refused_seq], self.window_s,
                      grant.cost, cap=False)
         elif self.rate and not self.searching:
-            for unit, rate in self.rate.items():
+            for unit in self.rate:
                 # Until a throttle says otherwise the rate may be low (the search's last pause was long):
                 # it grows by a share of itself; after, by a share of an attempt a window.
-                step = grant.cost.against(unit) / self.window_s if self.settled else rate
-                self.rate[unit] += LEARNED_GROWTH * step
+                if self.settled:
+                    self.rate[unit] += LEARNED_GROWTH * grant.cost.against(unit) / self.window_s
+                else:
+                    self.rate[unit] *= 1 + LEARNED_RAMP
 
     def wait(self, cost: Cost, now: float) -> float | None:
         """Seconds until ``cost`` may go by the learned rate (None: one attempt of a search is out)."""
@@ -568,7 +577,7 @@ class AdaptiveLimit:
         self._throttles_in_a_row += 1
         if hint is None and not self._budgets and self._learned.searching:
             base = max(self._pause_base_s, self._learned.search_s)
-            hint = base * 2 ** min(self._throttles_in_a_row - 1, 30)
+            hint = base * SEARCH_GROWTH ** min(self._throttles_in_a_row - 1, 30)
         if hint is not None:
             self._paused_until = max(self._paused_until, now + min(hint, self._pause_max_s))
         if self.shared is not None and self._paused_until > now:  # every job on the key pauses
