@@ -416,3 +416,32 @@ def test_a_gap_past_the_5_minute_lifetime_moves_the_next_prompts_to_the_hour_bil
     assert abs(Decimal(str(cost)) - paid) < Decimal("1e-9")
     row = result.stats["prompt_cache"]["endpoints"]["model"]
     assert (row["cache_write_tokens"], row["cache_write_1h_tokens"]) == (sum(tokens), sum(tokens[1:]))
+
+
+def test_a_prompt_whose_repeats_the_cache_already_holds_is_not_marked(tmp_path, test_key):
+    """A sweep job whose other point's answers are all in the shared cache sends its own answers only:
+    no repeat will come, so nothing is marked and no write is paid."""
+    from conftest import TEST_KEY_ENV, make_task, settings, write_release
+    from servers.prefix_cache import PrefixCache
+    from wildtrace.config import DecodingConfig
+    from wildtrace.runtime.run.execute import run
+
+    tasks, corpus = write_release(tmp_path, [make_task(f"q{i}", f"What failed? [q{i}]", "doc.txt")
+                                             for i in range(2)], {"doc.txt": "The pump failed. " * 600})
+    with LoopbackServer(PrefixCache("anthropic")) as server:
+        def job(replicate: int, sweep: bool):
+            cfg = settings(tmp_path / f"job{replicate}", [
+                "model=claude-opus-4.6", f"model.base_url={server.url}", f"model.api_key_env={TEST_KEY_ENV}",
+                "model.stream=false", f"dataset.tasks={tasks}", f"dataset.corpus={corpus}",
+                f"decoding.replicate={replicate}", "judge_panel=offline", f"cache.dir={tmp_path / 'shared'}"])
+            if sweep:
+                cfg.prompt_repeats = 2
+                cfg.sweep_decodings = [DecodingConfig(replicate=1 - replicate)]
+            return run(cfg)
+
+        job(0, sweep=False)  # replicate 0's answers, in the shared cache
+        before = len(server.calls)
+        result = job(1, sweep=True)
+    sent = server.calls[before:]
+    assert len(sent) == 2 and all(isinstance(c.body["messages"][0]["content"], str) for c in sent)
+    assert result.stats["prompt_cache"]["endpoints"]["model"]["cache_write_tokens"] == 0

@@ -373,9 +373,13 @@ class _Run:
         if ready.prepared is not None:
             size = len(ready.prepared.content)
         ticket = plan.ledger.ticket("model", size, plan.answer_sampling.max_tokens)
-        ttl, began = plan.repeats.ttl(), time.monotonic()  # one lifetime for a prompt's first call and repeats
+        repeats: list[tuple[Prepared, int, Cost]] = []
+        ttl, began = None, time.monotonic()
         if result is None:
             assert ready.prepared is not None
+            repeats = await asyncio.to_thread(self._repeats_to_send, task)
+            # One lifetime for a prompt's first call and its repeats; none when the cache holds them all.
+            ttl = plan.repeats.ttl() if repeats or not plan.answer_siblings else None
             try:
                 async with self._first_call(ready):
                     began = time.monotonic()
@@ -388,8 +392,8 @@ class _Run:
         result = enforce(plan.served.get("model"), result)
         self._check_storage(plan.model)
         self.counters.record_call("model", result)
-        if plan.answer_siblings and ready.prepared is not None and not self.stop.is_set():
-            await self.siblings(task, ttl)
+        if repeats and not self.stop.is_set():
+            await self.siblings(repeats, ttl)
             plan.repeats.note(time.monotonic() - began)
         reference = answer_prompt(task.question_text,
                                   document_reference(task.corpus_file, document_ref["sha256"], decision.doc_chars))
@@ -422,7 +426,15 @@ class _Run:
                         Cost(estimate_tokens(len(prompt), cjk), sampling.max_tokens)))
         return out
 
-    async def siblings(self, task: Task, ttl: str | None) -> None:
+    def _repeats_to_send(self, task: Task) -> list[tuple[Prepared, int, Cost]]:
+        """The task's answer requests at the sweep's other points that the cache does not hold yet: none,
+        and its first call asks the provider to hold nothing (a write no repeat would read)."""
+        if not self.plan.answer_siblings or self.plan.model is None:
+            return []
+        cache = self.plan.model.cache
+        return [item for item in self._sibling_requests(task) if cache.get(item[0].key) is None]
+
+    async def siblings(self, repeats: list[tuple[Prepared, int, Cost]], ttl: str | None) -> None:
         """Send the task's answers at the sweep's other points now, while the provider holds the prompt: they
         are stored in the cache, where the other jobs find them (paid here, under this run's caps); they
         ask for the lifetime the task's first call asked for (``ttl``)."""
@@ -440,8 +452,7 @@ class _Run:
                 raise
             self.counters.prompt_cache.record("model", plan.ledger.settle("model", result, ticket))
 
-        items = await asyncio.to_thread(self._sibling_requests, task)
-        await asyncio.gather(*(one(*item) for item in items))
+        await asyncio.gather(*(one(*item) for item in repeats))
 
     async def judge(self, judge: Endpoint, task: Task, response: str) -> JudgmentRecord:
         prompt = judge_prompt(task.question_text, task.rubric, response)
