@@ -3,6 +3,7 @@ small-n flag on every table whose intervals can be that small."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -10,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 from scipy import stats as sps
-from test_report import A1, A2, B, B_STATUS, write_run
+from test_report import A1, A2, B, B_STATUS, QIDS, write_run
 
 from wildtrace.report import sources
 from wildtrace.report.assemble import build
@@ -77,3 +78,18 @@ def test_an_unknown_small_n_method_is_refused_naming_the_key(tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert "report.bootstrap.small_n must be one of t, bca, got 'z'" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_languages_interval_below_30_tasks_follows_the_setting(tmp_path):
+    out = write_run(tmp_path, "a", "alpha", A1)
+    (out / "responses.json").write_text(json.dumps([{"question_id": q, "status": "answered", "response": "x",
+                                                     "caps": {"cap_kind": "cjk" if i % 2 else "en"}}
+                                                    for i, q in enumerate(QIDS)]))
+    boot = Bootstrap(resamples=500, small_n="bca")
+    table = build(sources.from_run_dirs([str(tmp_path / "*")]), boot).languages.set_index("language")
+    scores = [float(np.nanmean([np.nan if A1[k][i] is None else A1[k][i] for k in "abc"])) for i in range(8)]
+    chinese = np.array(scores[1::2])
+    low, high = stats.bca_interval(chinese, boot)
+    assert table.loc["Chinese", ["ci_low_pct", "ci_high_pct"]].tolist() == [pytest.approx(100 * low),
+                                                                         pytest.approx(100 * high)]
+    assert bool(table.loc["Chinese", "small_n"]) and table.loc["Chinese", "n"] == 4

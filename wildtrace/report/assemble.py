@@ -67,7 +67,7 @@ def build(runs: Sequence[RunData], boot: Bootstrap = DEFAULT_BOOTSTRAP) -> Repor
                   sweeps=experiments.sweeps_frame(found, boot), ablations=experiments.ablations_frame(found, boot),
                   reruns=experiments.reruns_frame(found, noise_table), leaderboard=board, matched=matched(groups),
                   paradigms=breakdowns(groups, views.PARADIGM), tiers=breakdowns(groups, views.TIER),
-                  languages=languages(groups, boot.level),
+                  languages=languages(groups, boot),
                   family=family_frame([base[m] for m in sorted(base)], boot.level),
                   agreement=agreement, replicates=reps, replicate_tasks=rep_tasks,
                   provenance=provenance(groups, duplicates), prompt_cache=prompt_cache(groups), boot=boot,

@@ -300,10 +300,11 @@ def matched(groups: Sequence[Group]) -> pd.DataFrame:
 LANGUAGES = {"en": "English", "cjk": "Chinese"}
 
 
-def languages(groups: Sequence[Group], level: float = stats.LEVEL) -> pd.DataFrame:
+def languages(groups: Sequence[Group], boot: Bootstrap = DEFAULT_BOOTSTRAP) -> pd.DataFrame:
     """The All view per language (English / Chinese by the spec's CJK rule, as each run's caps
     recorded it) per point: n tasks, the mean of the replicate-averaged task scores (%) and its
-    t interval. Tasks whose language no responses.json says are "unknown"."""
+    t interval (below stats.SMALL_N tasks as ``boot.small_n`` says: t or BCa). Tasks whose language
+    no responses.json says are "unknown"."""
     rows = []
     for g in groups:
         kinds = {str(r["question_id"]): LANGUAGES.get(str((r.get("caps") or {}).get("cap_kind")), "unknown")
@@ -311,7 +312,9 @@ def languages(groups: Sequence[Group], level: float = stats.LEVEL) -> pd.DataFra
         scores = averaged(g)
         by_language = pd.Series([kinds.get(str(q), "unknown") for q in scores.index], index=scores.index)
         for language, part in scores.groupby(by_language, sort=True):
-            low, high = stats.mean_interval(list(part.to_numpy()), level)
+            values = part.to_numpy()
+            low, high = stats.small_n_interval(values, boot) if len(values) < stats.SMALL_N \
+                else stats.mean_interval(list(values), boot.level)
             rows.append({"model": g.label, "language": language, "n": len(part), "all_pct": _pct(float(part.mean())),
                          "ci_low_pct": _pct(low), "ci_high_pct": _pct(high), "small_n": len(part) < stats.SMALL_N})
     return pd.DataFrame(rows, columns=["model", "language", "n", "all_pct", "ci_low_pct", "ci_high_pct", "small_n"])
