@@ -195,6 +195,27 @@ def test_cache_reads_and_writes_are_billed_at_their_prices(inp, read, write5, wr
     assert abs(Decimal(str(cost_usd(SONNET, usage))) - paper(SONNET, inp, read, write5, write1h, out)) < Decimal("1e-9")
 
 
+def _write_priced() -> list:
+    """Every model and judge file whose price has cache writes (Anthropic's models, wherever served)."""
+    import yaml
+
+    conf = Path(__file__).resolve().parents[2] / "conf"
+    files = sorted([*conf.glob("model/*.yaml"), *conf.glob("judge/*.yaml")])
+    prices = {path.parent.name + "/" + path.stem: (yaml.safe_load(path.read_text()) or {}).get("price") or {}
+              for path in files}
+    return [pytest.param(price, id=name) for name, price in prices.items()
+            if price.get("cache_write_per_mtok") is not None or price.get("cache_write_1h_per_mtok") is not None]
+
+
+@pytest.mark.parametrize("price", _write_priced())
+def test_price_blocks_hold_anthropic_s_cache_multipliers(price):
+    """Anthropic's pricing page: a 5-minute write 1.25x input, an hour's 2x, a read 0.1x."""
+    base = Decimal(str(price["input_per_mtok"]))
+    assert [Decimal(str(price[k])) for k in ("cache_write_per_mtok", "cache_write_1h_per_mtok",
+                                             "cached_input_per_mtok")] == [base * Decimal("1.25"), base * 2,
+                                                                           base * Decimal("0.1")]
+
+
 def test_a_cache_write_without_its_price_is_unknown_never_input():
     no_write = Price(input_per_mtok=3.0, output_per_mtok=15.0, cached_input_per_mtok=0.3)
     assert cost_usd(no_write, Billable(1000, 0, 10, 1000, 0)) is None
