@@ -466,3 +466,37 @@ def test_a_prompt_whose_repeats_the_cache_already_holds_is_not_marked(tmp_path, 
     sent = server.calls[before:]
     assert len(sent) == 2 and all(isinstance(c.body["messages"][0]["content"], str) for c in sent)
     assert result.stats["prompt_cache"]["endpoints"]["model"]["cache_write_tokens"] == 0
+
+
+def test_repeats_after_the_lifetime_send_one_first_to_write_again_then_the_rest(tmp_path, test_key, monkeypatch):
+    """The 5-minute lifetime shortened to 0.5 s and every reply taking 0.6 s: the first call outlived it, so of
+    the three repeats one goes alone (it writes the prompt again) and the other two after it is answered
+    (they read), instead of three writes at once. Arrival order only: each reply takes at least 0.6 s."""
+    import time
+
+    from conftest import TEST_KEY_ENV, make_task, settings, write_release
+    from servers.prefix_cache import PrefixCache
+    from wildtrace.config import DecodingConfig
+    from wildtrace.runtime.run import prompt_cache
+    from wildtrace.runtime.run.execute import run
+
+    monkeypatch.setattr(prompt_cache, "LIFETIMES", (("5m", 0.5), ("1h", 3600.0)))
+    arrived: list[float] = []
+    cache = PrefixCache("anthropic", latency_s=0.6)
+
+    def handler(call: Call) -> Reply:
+        arrived.append(time.monotonic())
+        return cache(call)
+
+    tasks, corpus = write_release(tmp_path, [make_task("q0", "What failed? [q0]", "doc.txt")],
+                                  {"doc.txt": "The pump failed. " * 600})
+    with LoopbackServer(handler) as server:
+        cfg = settings(tmp_path / "job0", [
+            "model=claude-opus-4.6", f"model.base_url={server.url}", f"model.api_key_env={TEST_KEY_ENV}",
+            "model.stream=false", f"dataset.tasks={tasks}", f"dataset.corpus={corpus}", "judge_panel=offline"])
+        cfg.prompt_repeats = 4
+        cfg.sweep_decodings = [DecodingConfig(replicate=r) for r in (1, 2, 3)]
+        assert run(cfg).exit_code == 0
+    assert len(server.calls) == 4
+    first, alone, *rest = sorted(arrived)
+    assert alone - first >= 0.6 and all(t - alone >= 0.6 for t in rest)  # the rest waited for the lone repeat

@@ -35,7 +35,7 @@ from wildtrace.runtime.store.cache import Cache
 from wildtrace.runtime.store.dataset import Dataset, read_document
 from wildtrace.runtime.net.call import interpret
 from wildtrace.runtime.net.endpoint import Endpoint, Prepared, prepare_request
-from wildtrace.runtime.run.prompt_cache import PromptCacheTally
+from wildtrace.runtime.run.prompt_cache import PromptCacheTally, outlived
 from wildtrace.runtime.run.plan import Plan, PlannedAnswer, sha256_text
 from wildtrace.runtime.net.ratelimit import Cost, estimate_tokens
 from wildtrace.runtime.net.served import enforce
@@ -393,7 +393,7 @@ class _Run:
         self._check_storage(plan.model)
         self.counters.record_call("model", result)
         if repeats and not self.stop.is_set():
-            await self.siblings(repeats, ttl)
+            await self.siblings(repeats, ttl, outlived(ttl, time.monotonic() - began))
             plan.repeats.note(time.monotonic() - began)
         reference = answer_prompt(task.question_text,
                                   document_reference(task.corpus_file, document_ref["sha256"], decision.doc_chars))
@@ -434,10 +434,12 @@ class _Run:
         cache = self.plan.model.cache
         return [item for item in self._sibling_requests(task) if cache.get(item[0].key) is None]
 
-    async def siblings(self, repeats: list[tuple[Prepared, int, Cost]], ttl: str | None) -> None:
+    async def siblings(self, repeats: list[tuple[Prepared, int, Cost]], ttl: str | None, expired: bool) -> None:
         """Send the task's answers at the sweep's other points now, while the provider holds the prompt: they
         are stored in the cache, where the other jobs find them (paid here, under this run's caps); they
-        ask for the lifetime the task's first call asked for (``ttl``)."""
+        ask for the lifetime the task's first call asked for (``ttl``). When the first call outlived it
+        (``expired``), one repeat goes first to write the prompt again and the others then read it,
+        rather than all writing at once."""
         plan = self.plan
         assert plan.model is not None
         model = plan.model
@@ -452,6 +454,9 @@ class _Run:
                 raise
             self.counters.prompt_cache.record("model", plan.ledger.settle("model", result, ticket))
 
+        if expired and len(repeats) > 1:
+            await one(*repeats[0])
+            repeats = repeats[1:]
         await asyncio.gather(*(one(*item) for item in repeats))
 
     async def judge(self, judge: Endpoint, task: Task, response: str) -> JudgmentRecord:

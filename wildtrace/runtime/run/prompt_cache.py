@@ -41,6 +41,11 @@ def cache_ttl(repeats: int, gap_s: float) -> str | None:
     return next((ttl for ttl, seconds in LIFETIMES if gap_s <= seconds), None)
 
 
+def outlived(ttl: str | None, elapsed_s: float) -> bool:
+    """Whether a prompt written for ``ttl`` is gone ``elapsed_s`` after its first call began (None: never held)."""
+    return ttl is not None and elapsed_s > dict(LIFETIMES)[ttl]
+
+
 @dataclass
 class RepeatSchedule:
     """When a run's answer prompts are sent again, and so the lifetime each asks for (``cache_ttl``)."""
