@@ -1,4 +1,4 @@
-"""What MLflow's SQL store costs per trace, as wildtrace stores them (issue 19, item 8).
+"""What MLflow's SQL store costs per trace, as wildtrace stores them: wall and CPU time per trace.
 
 Builds ``--traces`` traces shaped like a judged task's (a root, the caps decision, the answer
 and two judges' spans, two feedbacks) and stores them into a fresh SQLite store the way the

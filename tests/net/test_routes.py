@@ -1,4 +1,4 @@
-"""Issue 15, items 1, 3 and 4: routes that exist, judges that cannot change under you, model lists in preflight.
+"""Routes that exist, judges that cannot change under you, model lists in preflight.
 
 Retired first-party routes are refused before any request (the loopback server, standing in
 as every client's proxy, receives nothing); a judge answered by another model is unavailable

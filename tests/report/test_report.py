@@ -291,16 +291,21 @@ def test_every_table_rounds_by_the_unit_in_its_column_name(column, value, shown)
     assert render.rounded(pd.DataFrame({column: [value, None]}))[column].tolist() == [shown, None]
 
 
+def _with_max_tokens(run: Path, max_tokens: int) -> Path:
+    """The run as one sent at ``decoding.max_tokens=max_tokens`` (its config and the budget it records)."""
+    config = json.loads((run / "config.json").read_text())
+    config["decoding"]["max_tokens"] = max_tokens
+    (run / "config.json").write_text(json.dumps(config))
+    stats = json.loads((run / "run_stats.json").read_text())
+    stats["effective_max_tokens"] = max_tokens
+    (run / "run_stats.json").write_text(json.dumps(stats))
+    return run
+
+
 def test_sweeps_csv_writes_each_value_as_the_config_has_it(tmp_path):
     """A max_tokens sweep beside a temperature sweep: sweeps.csv's value column holds 64 and 0.4,
     not the 64.0 a column of mixed numbers would make."""
-    small = write_run(tmp_path / "runs", "mt64", "alpha", {"a": [0.1] * 8})
-    config = json.loads((small / "config.json").read_text())
-    config["decoding"]["max_tokens"] = 64
-    (small / "config.json").write_text(json.dumps(config))
-    stats = json.loads((small / "run_stats.json").read_text())
-    stats["effective_max_tokens"] = 64
-    (small / "run_stats.json").write_text(json.dumps(stats))
+    _with_max_tokens(write_run(tmp_path / "runs", "mt64", "alpha", {"a": [0.1] * 8}), 64)
     write_run(tmp_path / "runs", "t04", "alpha", {"a": [0.2] * 8}, t=0.4)
     write_run(tmp_path / "runs", "default", "alpha", {"a": [0.3] * 8})
     render.write(report_of(tmp_path / "runs"), tmp_path / "report")
@@ -387,13 +392,7 @@ def _with_responses(out: Path, finish: list[str], lengths: list[int], tokens: li
 def test_a_budget_sweep_shows_what_the_budget_cut(tmp_path):
     """max_tokens 64 cut 3 answers (each provider's spelling of it), 8192 none; one answer at the
     budget point is past the 5,000 characters the judge sees."""
-    small = write_run(tmp_path, "mt64", "alpha", {"a": [0.1] * 8})
-    config = json.loads((small / "config.json").read_text())
-    config["decoding"]["max_tokens"] = 64
-    (small / "config.json").write_text(json.dumps(config))
-    stats = json.loads((small / "run_stats.json").read_text())
-    stats["effective_max_tokens"] = 64
-    (small / "run_stats.json").write_text(json.dumps(stats))
+    small = _with_max_tokens(write_run(tmp_path, "mt64", "alpha", {"a": [0.1] * 8}), 64)
     _with_responses(small, ["length", "max_tokens", "MAX_TOKENS", "stop", "stop", "stop", "stop", "stop"],
                     [100] * 8, [64, 64, 64, 10, 10, 10, 10, 10])
     full = write_run(tmp_path, "mt-default", "alpha", {"a": [0.3] * 8})

@@ -1,4 +1,4 @@
-"""Issue 7: nothing lost, nothing paid twice, under each fault — on loopback.
+"""Nothing lost, nothing paid twice, under each fault — on loopback.
 
 Non-finite numbers in bodies, oversized bodies, unwritable and full storage, SIGINT and
 SIGTERM, and two processes sharing one cache.

@@ -1,4 +1,4 @@
-"""Issue 19, item 8: the cache's per-call lock file is opened first and its folder made only
+"""The cache's per-call lock file is opened first and its folder made only
 when missing (one system call on the event loop per call instead of three), with the same
 outcomes: the lock is held, a folder removed meanwhile is made again, and a cache that cannot
 hold lock files locks nothing and the call still goes."""

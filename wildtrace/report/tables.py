@@ -471,7 +471,7 @@ def prompt_cache(groups: Sequence[Group]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-# --------------------------------------------------------------------------- judge noise (issue 16)
+# --------------------------------------------------------------------------- judge noise
 #: Judge reasons that mean the reply came back but held no usable total (core.judging).
 PARSE_FAILURES = (ReplyReason.EMPTY_REPLY, ReplyReason.NO_NUMERIC_TOTAL)
 
