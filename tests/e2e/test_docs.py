@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,9 +17,21 @@ def test_the_configuration_reference_is_current_and_every_field_documented():
     assert done.returncode == 0, done.stderr
 
 
+
+def test_the_architecture_page_names_every_module():
+    """docs/extending/architecture.md's layout names each package, module, test server and benchmark that
+    exists, so a module added or moved shows up there (the names only; what each does is the page's)."""
+    page = (ROOT / "docs" / "extending" / "architecture.md").read_text(encoding="utf-8")
+    layout = page.split("```", 2)[1]
+    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", layout))
+    files = [*(ROOT / "wildtrace").rglob("*.py"), *(ROOT / "tests" / "servers").glob("*.py"),
+             *(ROOT / "benchmarks").glob("*.py")]
+    names = {f.stem for f in files if f.stem not in ("__init__", "__main__")}
+    names |= {d.name for d in (ROOT / "wildtrace").rglob("*") if d.is_dir() and (d / "__init__.py").exists()}
+    assert sorted(names - words) == []
+
 # --- every command in the README and docs/ parses ----------------------------------------------
 
-import re  # noqa: E402
 import shlex  # noqa: E402
 
 import pytest  # noqa: E402
