@@ -30,6 +30,35 @@ def test_the_architecture_page_names_every_module():
     names |= {d.name for d in (ROOT / "wildtrace").rglob("*") if d.is_dir() and (d / "__init__.py").exists()}
     assert sorted(names - words) == []
 
+
+def _anchors(path: Path) -> set[str]:
+    """The anchors of a Markdown page's headings, as GitHub makes them (lower case, punctuation
+    dropped, spaces as hyphens, ``-1``, ``-2`` after a repeated heading)."""
+    text = re.sub(r"```.*?```", "", path.read_text(encoding="utf-8"), flags=re.S)
+    out: set[str] = set()
+    seen: dict[str, int] = {}
+    for heading in re.findall(r"^#+ (.*)$", text, re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        out.add(slug if slug not in seen else f"{slug}-{seen[slug]}")
+        seen[slug] = seen.get(slug, 0) + 1
+    return out
+
+
+def test_every_link_between_the_docs_resolves():
+    """A rule lives on one page and the others link to it: every relative link of README.md,
+    CHANGELOG.md and docs/ names a file that exists and, with a #fragment, a heading on it."""
+    broken = []
+    for page in [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            file, _, fragment = target.partition("#")
+            dest = (page.parent / file).resolve() if file else page
+            if not dest.exists() or (fragment and dest.suffix == ".md" and fragment not in _anchors(dest)):
+                broken.append(f"{page.relative_to(ROOT)}: {target}")
+    assert broken == []
+
 # --- every command in the README and docs/ parses ----------------------------------------------
 
 import shlex  # noqa: E402
