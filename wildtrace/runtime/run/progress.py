@@ -42,7 +42,7 @@ class _Progress:
             self.line(c)
 
     def line(self, c: Counters) -> None:
-        """One progress line: counts, rate, failures, each endpoint's current limit."""
+        """One progress line: counts, rate, failures, each endpoint's concurrency bound."""
         self.last = time.monotonic()
         elapsed = max(self.last - self.started, 1e-9)
         limits = " ".join(f"{label}={e.limit.limit}" for label, e in self.endpoints.items())
