@@ -379,7 +379,7 @@ def output_limit_warning(settings: WildtraceConfig) -> list[tuple[str, str]]:
 
     The spec's budget (§2) is still what is sent: the warning says the provider may cap the
     answer there or reject the request (then the call goes again at the limit, noted on its
-    record: runtime/retry.next_step), with the limit and where it is documented."""
+    record: runtime/net/retry.next_step), with the limit and where it is documented."""
     model = settings.model
     budget = effective_max_tokens(model, settings.decoding)
     limit = model.max_output_tokens

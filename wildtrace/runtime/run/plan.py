@@ -63,7 +63,7 @@ def endpoint_spec(label: str, e: EndpointConfig) -> EndpointSpec:
                         max_call_s=e.max_call_s, reasoning_format=e.reasoning_format,
                         budget_field=model.budget_field if model else "max_tokens",
                         # the model's documented output limit: a budget rejection above it is resent at the
-                        # limit (runtime/retry.next_step)
+                        # limit (runtime/net/retry.next_step)
                         max_output_tokens=model.max_output_tokens if model else None,
                         max_output_tokens_source=model.max_output_tokens_source if model else None,
                         prompt_cache_key=e.prompt_cache_key, prompt_cache_retention=e.prompt_cache_retention)
