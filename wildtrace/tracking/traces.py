@@ -318,7 +318,7 @@ def task_tags(done: TaskDone) -> dict[str, str]:
     if language:
         tags[LANGUAGE] = language
     gap = spread(done)
-    if gap is not None:  # fixed digits: the tag sorts as the number does (``order_by=["tag.panel.spread DESC"]``)
+    if gap is not None:  # fixed digits: the tag sorts as the number does (``order_by=["tags.`panel.spread` DESC"]``)
         tags["panel.spread"] = f"{gap:.{readable.FRACTION_DIGITS}f}"
     return tags
 
