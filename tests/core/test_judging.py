@@ -43,7 +43,7 @@ def test_reads_total(reply, total, score):
         ('{"total": null}', "no_numeric_total"),
         ('{"total": NaN}', "no_numeric_total"),
         ('{"total": 50', "no_numeric_total"),  # truncated JSON
-        # Grades that disagree are not guessed at (issue 17 item 10): a self-correction too.
+        # Grades that disagree are not guessed at: a self-correction too.
         ('{"total": 10} on reflection: {"points_awarded":[20],"total":20}', "ambiguous_total"),
     ],
 )
@@ -64,7 +64,7 @@ def test_panel_mean_uses_available_judges(scores, mean):
 
 
 # --------------------------------------------------------------------------------------
-# Hostile replies: bounded, linear, never raising (issue 7 item 3)
+# Hostile replies: bounded, linear, never raising
 # --------------------------------------------------------------------------------------
 
 import json  # noqa: E402

@@ -1,4 +1,4 @@
-"""Issue 6 against loopback servers that behave as the real APIs and gateways do.
+"""Paid-run behaviour against loopback servers that behave as the real APIs and gateways do.
 
 Streamed answers that trickle past ``timeout_s``, streams cut short and error events,
 the temperature rule for any model, keys with white space, keys echoed in 401 bodies,

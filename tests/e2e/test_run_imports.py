@@ -1,4 +1,4 @@
-"""Issue 19, item 8: the run's own process computes its headline without pandas.
+"""The run's own process computes its headline without pandas.
 
 pandas (with numpy and pyarrow) was about 90 MB of the run process's memory, imported only
 for the end-of-run views; ``core.views`` computes them over plain rows. The embedded default

@@ -1,4 +1,4 @@
-"""The MLflow store's faults (issue 17, items 1, 2 and 9), each reproduced with real processes.
+"""The MLflow store's faults, each reproduced with real processes.
 
 - Several first runs started at the same moment on a fresh ``outputs/`` raced MLflow's schema
   migrations on the new SQLite store: runs went unlogged, ``_alembic_tmp_*`` tables were left
@@ -80,7 +80,7 @@ def closed_port() -> int:
         return s.getsockname()[1]
 
 
-# ------------------------------------------------------------------ item 1: first runs at once
+# ------------------------------------------------------------------ first runs at once
 
 
 def test_first_runs_started_together_on_a_fresh_store_are_all_logged(tmp_path):
@@ -223,7 +223,7 @@ def test_a_first_run_killed_while_the_store_is_made_leaves_a_store_the_next_run_
     assert client.search_traces(locations=[client.get_run(run_id).info.experiment_id], run_id=run_id)
 
 
-# ------------------------------------------------------------------ item 2: a store that cannot be opened
+# ------------------------------------------------------------------ a store that cannot be opened
 
 
 def bad_store(tmp_path: Path, kind: str) -> tuple[str, Path]:
@@ -335,7 +335,7 @@ def test_which_uris_name_a_local_store(uri, path):
     assert store.sqlite_path(uri) == path
 
 
-# ------------------------------------------------------------------ item 9: upload of a run killed by SIGKILL
+# ------------------------------------------------------------------ upload of a run killed by SIGKILL
 
 
 class Held:

@@ -1,4 +1,4 @@
-"""Issue 17, items 4, 5, 6, 7 and 12: the faults of the HTTP call layer, on loopback.
+"""The faults of the HTTP call layer, on loopback.
 
 Compressed replies (and a gzip bomb), a key echoed in a 200 reply, 200s that hold no
 answer, 3xx redirects, absurd retry settings and backoff at huge attempt numbers, and a
@@ -143,7 +143,7 @@ def compressed_reply(provider: str, stream: bool, encoding: str, encode: Any) ->
     return Reply(200, encode(json.dumps(plain_body(provider)).encode()), headers={"content-encoding": encoding})
 
 
-# ---------------------------------------------------------------------- item 4: Content-Encoding
+# ---------------------------------------------------------------------- Content-Encoding
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
@@ -250,7 +250,7 @@ def test_a_corrupt_gzip_body_is_a_bad_response_and_the_retry_gets_the_answer(str
     assert (result.ok, result.text, result.attempts) == (True, TEXT, 2)
 
 
-# ---------------------------------------------------------------------- item 6: 200s that hold no answer
+# ---------------------------------------------------------------------- 200s that hold no answer
 
 HTML = (b"<!doctype html>\n<html><head><title>Sign in - Corporate Gateway</title></head><body>"
         + b"<p>Your session has expired.</p>" * 20)[:512]
@@ -359,7 +359,7 @@ def test_a_redirect_says_so_and_where_to(status, location, expected):
     assert len(result.error) < 700
 
 
-# ---------------------------------------------------------------------- item 5: a key echoed in a 200
+# ---------------------------------------------------------------------- a key echoed in a 200
 
 
 @pytest.mark.parametrize(("value", "expected", "changed"), [
@@ -489,7 +489,7 @@ def test_answers_read_from_a_responses_file_are_scrubbed_before_the_judge_sees_t
             assert test_key.encode() not in path.read_bytes(), path
 
 
-# ---------------------------------------------------------------------- item 7: retry bounds
+# ---------------------------------------------------------------------- retry bounds
 
 
 @pytest.mark.parametrize(("value", "accepted"), [(0, True), (5, True), (MAX_RETRIES, True), (MAX_RETRIES + 1, False),
@@ -555,7 +555,7 @@ def test_backoff_never_overflows(base, cap, retry_number, ceiling, jitter):
     assert 0.0 <= delay <= cap
 
 
-# ---------------------------------------------------------------------- item 12: temperature learned mid-flight
+# ---------------------------------------------------------------------- temperature learned mid-flight
 
 
 def test_a_request_prepared_before_the_temperature_rule_is_rebuilt_before_it_is_sent(tmp_path, test_key):

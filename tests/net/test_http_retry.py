@@ -345,7 +345,7 @@ def test_200_empty_output_is_never_retried(content):
 
 @pytest.mark.parametrize("stream", [True, False], ids=["streamed", "plain"])
 def test_200_unreadable_body_is_a_transient_bad_response(stream):
-    """Not an answer of the wire format: retried like a transient error (issue 17 item 6), never cached."""
+    """Not an answer of the wire format: retried like a transient error, never cached."""
     script = Script(resp(200, text="not json at all"), resp(200))
     result, _ = call(script, stream=stream)
     assert result.ok and result.attempts == 2 and script.count == 2

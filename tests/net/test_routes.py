@@ -60,7 +60,7 @@ def _file_overrides(group: str, stem: str) -> list[str]:
     return ["judge_panel=offline", f"+judge@judge_panel.judges.j={stem}", "stage=all"]
 
 
-# ---------------------------------------------------------------------- item 1: every file loads; retired ones refused
+# ---------------------------------------------------------------------- every file loads; retired ones refused
 
 
 def test_the_retired_files_are_the_ones_the_review_found():
@@ -185,7 +185,7 @@ def test_a_retired_file_fails_before_any_request_in_every_entry_point(group_stem
     assert not (tmp_path / "out" / "cache").exists()
 
 
-# ---------------------------------------------------------------------- item 3: the served-model rule
+# ---------------------------------------------------------------------- the served-model rule
 
 
 @pytest.mark.parametrize(("route", "served", "ok"), [

@@ -1,5 +1,5 @@
 """Each vendor's dialect, against loopback servers that answer exactly as the vendor's documentation
-and public bug reports show (issue 15, item 2): Kimi's stream usage, Gemini's thought tokens, GLM's
+and public bug reports show: Kimi's stream usage, Gemini's thought tokens, GLM's
 finish reasons, Zhipu's and MiniMax's balance errors, LiteLLM's temperature wording and a 422, the
 reasoning controls each model family takes, DeepSeek's ignored temperature, documented output limits.
 

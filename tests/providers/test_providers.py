@@ -403,7 +403,7 @@ MALFORMED = [
     ("openai", {"error": {"message": "overloaded"}}),
     ("openai", {"choices": None}),
     ("openai", {"choices": {"0": {}}}),
-    ("openai", {"choices": [], "usage": {"prompt_tokens": 7}}),  # no answer at all, not an empty one (issue 17)
+    ("openai", {"choices": [], "usage": {"prompt_tokens": 7}}),  # no answer at all, not an empty one
     ("openai", {"choices": [{"message": {"content": 42}}]}),
     ("anthropic", None),
     ("anthropic", {}),

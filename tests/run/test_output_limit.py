@@ -1,4 +1,4 @@
-"""Issue 15: the spec's output budget is sent only if the provider accepts it.
+"""The spec's output budget is sent only if the provider accepts it.
 
 Loopback servers reject a budget above the model's limit exactly as each provider documents
 (OpenAI's, Anthropic's and Gemini's wording and status); the run sends the call again with the

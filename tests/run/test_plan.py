@@ -1,5 +1,5 @@
 """Plan first: caps and cache look-ups decide which endpoints have calls to make, and only
-those need a key (issue 9, item 3)."""
+those need a key."""
 
 from __future__ import annotations
 
@@ -96,7 +96,7 @@ def test_off_a_terminal_the_run_logs_progress_lines_with_each_endpoints_limit(tm
     assert "ok 4 · failed 0 · ooc 1 · judged 4 · unavailable 0 · retries 0 · limits model=16 judge_a=16" in lines[-1]
 
 
-# ---------------------------------------------------------------------- the plan built once (issue 19, item 2)
+# ---------------------------------------------------------------------- the plan built once
 
 MARK = b"PLAN-MARK-"
 

@@ -1,8 +1,7 @@
 """Numbers rounded where a person reads them (MLflow's metrics, spans, feedback); the run files keep full precision.
 
-Issue 16 item 6: "numbers in traces and run metrics rounded for reading (keep full precision
-in the artifacts)". The rules are pinned at their boundaries, then a run with full-precision
-values is logged to a real SQLite store and read back.
+The rules are pinned at their boundaries, then a run with full-precision values is logged to a
+real SQLite store and read back.
 """
 
 from __future__ import annotations
