@@ -123,14 +123,18 @@ def main() -> None:
     parser.add_argument("--headers", nargs="+", choices=["openai", "anthropic", "none"],
                         default=["openai", "anthropic", "none"])
     parser.add_argument("--apart", action="store_true", help="each job its own cache folder: nothing shared")
+    parser.add_argument("--deadline", type=float, default=1800.0,
+                        help="seconds to wait for every configuration; those not done by then print as such")
     args = parser.parse_args()
     configs = configurations(args.windows, args.limits, args.jobs, tuple(args.headers))
     figures: dict[Config, dict] = {}
-    threads = [threading.Thread(target=lambda c=c: figures.__setitem__(c, measure(c, args.apart))) for c in configs]
+    threads = [threading.Thread(target=lambda c=c: figures.__setitem__(c, measure(c, args.apart)), daemon=True)
+               for c in configs]
     for thread in threads:
         thread.start()
+    deadline = time.monotonic() + args.deadline
     for thread in threads:
-        thread.join(timeout=1800)
+        thread.join(timeout=max(0.0, deadline - time.monotonic()))
     print("| window | latency | headers | limit | jobs | tasks | concurrency | achieved/limit | 429 share | failed |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for c in configs:

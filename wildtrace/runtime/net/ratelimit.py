@@ -580,8 +580,9 @@ class AdaptiveLimit:
             hint = base * SEARCH_GROWTH ** min(self._throttles_in_a_row - 1, 30)
         if hint is not None:
             self._paused_until = max(self._paused_until, now + min(hint, self._pause_max_s))
-        if self.shared is not None and self._paused_until > now:  # every job on the key pauses
-            self.shared.pause(self._paused_until - now)
+        if self.shared is not None:  # every job on the key pauses, and learns what a window holds
+            self.shared.throttled(grant.sent_at, max(0.0, self._paused_until - now),
+                                  0.0 if self._budgets else self._learned.window_s)
 
     def _succeed(self, grant: Grant) -> None:
         if not self._budgets:

@@ -8,7 +8,11 @@ It holds:
 - every job's sends of the last windows: when (wall time), and what each took from each window;
 - the provider's latest figures of each window: what was left, as of which send, and when the
   window is whole again; each window's length, as learned (the longest reset reported);
-- a pause no job sends before: the throttle any job met.
+- a pause no job sends before: the throttle any job met;
+- where no header states a budget, what a window holds as the 429s taught it: at each throttle
+  after the first (the first only teaches a job how long a window lasts), every job's sends over
+  the window before the refused one, a tenth below; no window's time then holds more sends of
+  all jobs, and each send raises it by a fiftieth of itself, so a 429 stays rare.
 
 The file is made when a job first hears of a budget or meets a throttle; until then nothing is
 written (an endpoint that never says either shares nothing, and costs one read a send).
@@ -50,6 +54,13 @@ STATE_VERSION = 1
 WINDOWS = ("tokens", "requests", "input-tokens", "output-tokens")
 #: Sends kept at most (a few windows' worth at any real limit).
 SENDS_KEPT = 8192
+#: A window is taken as whole again this share of a window after the reset it reported: a reset is
+#: stated to the millisecond (or the second), and a send takes time to arrive.
+SETTLE = 1 / 64
+#: What a window holds, learned from 429s alone, is set this share below what the jobs sent …
+LEARNED_MARGIN = 0.9
+#: … and grows by this share of each send.
+LEARNED_GROWTH = 0.02
 #: The latest figures of a window kept (the least room they leave is taken).
 FIGURES_KEPT = 8
 #: The folder under the cache that holds the state files.
@@ -87,6 +98,8 @@ class State:
     window_s: dict[str, float] = field(default_factory=dict)  #: each window's length, as learned
     paused_until: float = 0.0  #: no job sends before this (wall time)
     sends: list[list[float]] = field(default_factory=list)  #: [wall time, units in each of WINDOWS], oldest first
+    held: dict[str, float] = field(default_factory=dict)  #: what a window holds, by unit, learned from 429s …
+    held_s: float = 0.0  #: … in a window this long
 
 
 def endpoint_id(base_url: str, route: str, key_env: str | None) -> str:
@@ -136,11 +149,44 @@ def reserve(state: State, units: Mapping[str, int], now: float) -> float:
             continue  # larger than a whole window: it goes when the window is whole
         window = state.window_s.get(name)
         waits.append(whole_at - now if whole_at is not None else (window or 1.0) / 16)
+    waits += [held_wait(state, name, units.get(name, 0), now) for name in state.held]
     wait = max(waits)
     if wait <= 0.0:
+        for name in state.held:
+            state.held[name] += LEARNED_GROWTH * units.get(name, 0)
         state.sends.append([now, *(float(units.get(name, 0)) for name in WINDOWS)])
         return 0.0
     return wait
+
+
+def held_wait(state: State, name: str, need: int, now: float) -> float:
+    """Seconds until every job's sends over the last window leave room for ``need`` in what the 429s
+    taught a window holds (a send larger than that goes once the window is empty)."""
+    column = 1 + WINDOWS.index(name)
+    recent = [send for send in state.sends if send[0] > now - state.held_s]
+    used = sum(send[column] for send in recent)
+    if need <= 0 or used + need <= state.held[name]:
+        return 0.0
+    for send in recent:  # the oldest leave the window first
+        used -= send[column]
+        if used + need <= state.held[name] or used <= 0:
+            return send[0] + state.held_s - now
+    return 0.0
+
+
+def throttled(state: State, sent_at: float, pause_s: float, window_s: float, now: float) -> None:
+    """A new throttle a job met: every job pauses for ``pause_s``; where ``window_s`` (how long a
+    window lasts, as 429s taught the job) is known, what a window holds is what every job sent over
+    the window before the refused send, a margin below."""
+    state.paused_until = max(state.paused_until, now + pause_s)
+    if window_s <= 0:
+        return
+    before = [send for send in state.sends if sent_at - window_s <= send[0] < sent_at]
+    for name in ("input-tokens", "output-tokens", "requests"):
+        total = sum(send[1 + WINDOWS.index(name)] for send in before)
+        if total > 0:
+            state.held[name] = LEARNED_MARGIN * total
+    state.held_s = window_s if state.held else state.held_s
 
 
 def learn(state: State, sent_at: float, windows: Mapping[str, Reported], now: float) -> None:
@@ -154,8 +200,9 @@ def learn(state: State, sent_at: float, windows: Mapping[str, Reported], now: fl
             continue
         held = state.figures.setdefault(name, [])
         limit = window.limit if window.limit is not None else (held[-1].limit if held else None)
+        settle = state.window_s.get(name, 0.0) * SETTLE
         held.append(Figure(window.remaining, sent_at, limit,
-                           now + window.reset_in if window.reset_in is not None else None))
+                           now + window.reset_in + settle if window.reset_in is not None else None))
         held.sort(key=lambda f: f.sent_at)
         del held[:-FIGURES_KEPT]
 
@@ -167,6 +214,8 @@ def prune(state: State, now: float) -> None:
     if state.figures:
         counted = min(f.sent_at for figures in state.figures.values() for f in figures)
         state.sends = [send for send in state.sends if send[0] > counted]
+    elif state.held_s:
+        state.sends = [send for send in state.sends if send[0] > now - 2 * state.held_s]
     del state.sends[:-SENDS_KEPT]
 
 
@@ -175,7 +224,7 @@ def encode(state: State) -> str:
     return json.dumps({"v": STATE_VERSION, "paused_until": state.paused_until, "window_s": state.window_s,
                        "figures": {n: [[f.remaining, f.sent_at, f.limit, f.reset_at] for f in figures]
                                    for n, figures in state.figures.items()},
-                       "sends": state.sends}, separators=(",", ":"))
+                       "sends": state.sends, "held": state.held, "held_s": state.held_s}, separators=(",", ":"))
 
 
 def decode(text: str) -> State:
@@ -189,7 +238,8 @@ def decode(text: str) -> State:
                    for n, held in data["figures"].items()}
         window_s = {str(n): float(w) for n, w in data["window_s"].items()}
         sends = [[float(x) for x in send] for send in data["sends"] if len(send) == 1 + len(WINDOWS)]
-        return State(figures, window_s, float(data["paused_until"]), sends)
+        held = {str(n): float(c) for n, c in data.get("held", {}).items() if n in WINDOWS}
+        return State(figures, window_s, float(data["paused_until"]), sends, held, float(data.get("held_s", 0.0)))
     except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
         return State()
 
@@ -228,16 +278,17 @@ class SharedBudget:
             if state is not None:
                 learn(state, sent_at, windows, self._wall())
 
-    def pause(self, seconds: float) -> None:
-        """No job sends for ``seconds`` (a throttle met)."""
+    def throttled(self, sent_at: float, pause_s: float, window_s: float = 0.0) -> None:
+        """A new throttle met by the send made at ``sent_at``: every job pauses for ``pause_s``; with
+        no budget header, ``window_s`` is how long a window lasts, as the job learned it (0: unknown)."""
         with self._locked() as state:
             if state is not None:
-                state.paused_until = max(state.paused_until, self._wall() + seconds)
+                throttled(state, sent_at, pause_s, window_s, self._wall())
 
     def _nothing_said(self, now: float) -> bool:
         """Whether the file holds no figure and no pause (read without the lock: it is replaced whole)."""
         state = self.read()
-        return not state.figures and state.paused_until <= now
+        return not state.figures and not state.held and state.paused_until <= now
 
     def read(self) -> State:
         """The state as the file holds it now (for tests and the curious)."""
