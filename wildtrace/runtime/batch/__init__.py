@@ -1,9 +1,9 @@
 """Batch mode: the stage's calls through the providers' batch APIs, at their discount.
 
 One path, two transports. A batch item is the request a synchronous call would send
-(the plain, non-streamed body: the very bytes its cache key is made from), its custom_id
-is that cache key, and its result goes through the provider's own parser
-(``runtime.http.interpret``) into the same outcome cache. So a synchronous rerun of the
+(the non-streamed body with its prompt-cache hint; its cache key is made from the plain body's
+bytes), its custom_id is that cache key, and its result goes through the provider's own parser
+(``runtime.net.call.interpret``) into the same outcome cache. So a synchronous rerun of the
 same config sends nothing, and a batch run after a synchronous one sends nothing.
 
 - ``ledger``: every batch created is recorded (cache folder and run folder, atomically)
