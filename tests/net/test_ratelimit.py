@@ -203,6 +203,27 @@ def test_a_search_probe_refused_triples_the_pause():
     assert limit.delay_for(Cost(1000)) == pytest.approx(3.0)
 
 
+def test_a_first_429_late_in_a_run_pauses_for_its_last_wave_not_the_run():
+    """Eight slots, an attempt admitted every 10 s for 1000 s, then a 429 without a hint: the
+    search's first pause is as long as the last eight sends took (80 s, from the eighth-last at
+    920 s to the refused one), not the 1000 s since the first send; a quick wave pauses 0.5 s."""
+    limit, clock = limiter(8, pause_base_s=0.5, pause_max_s=3600.0)
+    for _ in range(100):
+        admit(limit, 1000)
+        clock.advance(10.0)
+    limit.release(take(limit, 1000), 429, {})
+    assert limit.delay_for(Cost(1000)) == pytest.approx(80.0)
+    quick, clock = limiter(8, pause_base_s=0.5, pause_max_s=3600.0)
+    for _ in range(100):
+        admit(quick, 1000)
+        clock.advance(10.0)
+    for _ in range(8):
+        admit(quick, 1000)
+        clock.advance(0.01)
+    quick.release(take(quick, 1000), 429, {})
+    assert quick.delay_for(Cost(1000)) == pytest.approx(0.5)
+
+
 def test_a_learned_window_holds_no_more_than_its_share():
     """Over any 4 s the learned limit allows 7200 tokens and 7.2 requests: the sends spread at 1800
     tokens a second, and what the window already holds (the probe at 4 s, six more since) is waited

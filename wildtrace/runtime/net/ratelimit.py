@@ -26,7 +26,7 @@ when its status and headers arrive (a streamed answer's come first), and
   only a 429 for an attempt sent after it is a new throttle. A throttle pauses the endpoint for the
   server's hint, else for the budget's reset.
 - **Without budget headers the limit is learned from 429s** (``_Learned``). The first throttle
-  pauses (first for as long as the endpoint took to meet the limit, ``pause_base_s`` at least,
+  pauses (first for as long as the last ``max_concurrency`` sends took, ``pause_base_s`` at least,
   tripling while one attempt at a time is refused); the first success after it says how long a
   window was, and what was admitted before the throttle what it holds: the rate is that, a margin
   below. Each later throttle sets the rate to what was admitted over the trailing window (half
@@ -287,14 +287,15 @@ class _Learned:
     after one attempt's refill, so its window is short and the later throttles find its rate).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, wave: int) -> None:
+        self.wave = wave  #: attempts in flight at once: the last so many sends show how fast the limit was met
         self.rate: dict[str, float] = {}  #: units a second, by unit, once learned
         self.window_s = 0.0  #: the longest a window's worth of sends may be crowded into, once learned
         self.started: float | None = None  #: the first send
         self.searching = False  #: throttled, nothing learned yet: the first success after teaches …
         self.probe: Grant | None = None  #: … of one attempt at a time, this one
         self.refused_seq = 0  #: the first attempt refused: those before it filled a window …
-        self.search_s = 0.0  #: … in this long: the search's first pause
+        self.search_s = 0.0  #: … as fast as the last wave of sends before it went: the search's first pause
         self.settled = False  #: a throttle was seen since the rate was learned: it grows slowly
         self.next_at = -math.inf
         self.kept: collections.deque[Grant] = collections.deque(maxlen=SENT_KEPT)  #: sends not refused
@@ -322,7 +323,8 @@ class _Learned:
         if not self.rate:
             if not self.searching:  # the first throttle: what came before it is what one window holds
                 self.searching, self.refused_seq = True, grant.seq
-                self.search_s = grant.at - (self.started or grant.at)
+                wave = self.kept[-self.wave].at if len(self.kept) >= self.wave else self.started
+                self.search_s = grant.at - (grant.at if wave is None else wave)
             return
         self.settled = True
         since = grant.at - self.window_s
@@ -414,7 +416,7 @@ class AdaptiveLimit:
         self._probe_s = probe_s
         self._probe_until = math.inf  # … until this (set when the first attempt goes)
         self._budgets: dict[str, _Budget] = {}
-        self._learned = _Learned()  # what 429s teach where no header states a budget
+        self._learned = _Learned(max_concurrency)  # what 429s teach where no header states a budget
         #: Attempts let through since the oldest figure in use (the first figure may answer any of them).
         self._sent: collections.deque[Grant] = collections.deque(maxlen=SENT_KEPT)
         self._queue: collections.deque[object] = collections.deque()
