@@ -185,6 +185,18 @@ def test_two_holders_of_one_folder_see_each_others_sends(tmp_path):
     a.close(), b.close()
 
 
+def test_once_a_throttle_was_met_every_send_is_written_down(tmp_path):
+    """Without headers, the next throttle measures what a window holds from every job's sends: they
+    are written down from the first throttle on, its pause over or not."""
+    wall = Wall()
+    shared = SharedBudget(tmp_path, "e", wall)
+    shared.throttled(T0, 0.5)
+    wall.t += 1  # the pause is over
+    assert shared.reserve(Cost(1000).against) == (0.0, T0 + 1)
+    assert [send[0] for send in shared.read().sends] == [T0 + 1]
+    shared.close()
+
+
 def test_a_folder_that_refuses_shares_nothing_and_says_so(tmp_path, caplog):
     (tmp_path / "file").write_text("")
     shared = SharedBudget(tmp_path / "file" / FOLDER, "e", Wall())

@@ -14,8 +14,9 @@ It holds:
   the window before the refused one, a tenth below; no window's time then holds more sends of
   all jobs, and each send raises it by a fiftieth of itself, so a 429 stays rare.
 
-The file is made when a job first hears of a budget or meets a throttle; until then nothing is
-written (an endpoint that never says either shares nothing, and costs one read a send).
+The file is made when a job first hears of a budget or meets a throttle, and every send is written
+down from then on; until then nothing is written (an endpoint that never says either shares
+nothing, and costs one read a send).
 
 A job sends (``reserve``) only when what a figure says is left, less what every job sent after the
 send it answers, covers it; the send is written down in the same step, so two jobs never spend the
@@ -286,9 +287,10 @@ class SharedBudget:
                 throttled(state, sent_at, pause_s, window_s, self._wall())
 
     def _nothing_said(self, now: float) -> bool:
-        """Whether the file holds no figure and no pause (read without the lock: it is replaced whole)."""
+        """Whether the file holds no figure and no throttle was ever met (read without the lock: it is
+        replaced whole). Once one was, every send is written down: the next throttle measures them."""
         state = self.read()
-        return not state.figures and not state.held and state.paused_until <= now
+        return not state.figures and not state.held and state.paused_until == 0.0
 
     def read(self) -> State:
         """The state as the file holds it now (for tests and the curious)."""
