@@ -33,6 +33,7 @@ SPEC_CAPS = {
     "minimax-m2.7": (570_000, 220_000),
     "custom": (2_850_000, 850_000),
     "extractive": (2_850_000, 850_000),
+    "extractive-brief": (2_850_000, 850_000),
 }
 # Spec §2 names Opus 4.6/4.8 and GPT-5.4; the providers' docs add GPT-5.1/5.5 and Kimi K2.6 (see their files).
 NO_TEMPERATURE = {"claude-opus-4.6", "claude-opus-4.8", "gpt-5.4", "gpt-5.1", "gpt-5.5", "kimi-k2.6"}

@@ -12,7 +12,7 @@ from wildtrace.config import package_data
 from wildtrace.core.caps import chars_within, count_ideographs, is_cjk, tokens_of
 from wildtrace.core.prompts import answer_prompt, judge_prompt
 from wildtrace.core.tasks import RubricItem
-from wildtrace.offline.extractive import extractive_answer
+from wildtrace.offline.extractive import BRIEF_CHARS, extractive_answer
 from wildtrace.offline.text import sentences
 from wildtrace.providers.base import Sampling
 from wildtrace.providers.offline import OfflineProvider
@@ -81,6 +81,24 @@ def test_extractive_samples_above_it_seeded_by_replicate_and_request(sample):
         for answer in answers:
             assert answer and made_of_sentences(answer, sentences(doc))
     assert varied >= len(sample) // 2
+
+
+@pytest.mark.parametrize("temperature", [0.1, 0.7])
+def test_the_brief_model_retrieves_the_same_and_says_less(sample, temperature):
+    """extractive-brief answers with whole sentences of the same ranking in up to 500 characters: at
+    the spec's temperature its sentences are among extractive's, and it says less wherever the
+    ranking offers more than 500 characters."""
+    shorter = 0
+    for task, doc in sample:
+        prompt = answer_prompt(task.question_text, doc)
+        brief = reply("extractive-brief", prompt, temperature, 0)
+        full = reply("extractive-bm25", prompt, temperature, 0)
+        assert brief == extractive_answer(task.question_text, doc, budget=BRIEF_CHARS) or temperature > 0.1
+        assert made_of_sentences(brief, sentences(doc)) and (len(brief) <= BRIEF_CHARS or " " not in brief.strip())
+        if temperature <= 0.1:  # every document sentence the brief answer holds, the full one holds too
+            assert {x for x in sentences(doc) if x in brief} <= {x for x in sentences(doc) if x in full}
+        shorter += len(brief) < len(full)
+    assert shorter >= len(sample) // 2
 
 
 def _judge_prompts(sample) -> list[str]:
@@ -162,8 +180,10 @@ def test_default_run_headline_is_unchanged(tmp_path):
 
 @pytest.mark.slow
 def test_the_tour_shows_differences_in_seconds(tmp_path):
+    brief = ["judge_panel=offline_panel", "model=extractive-brief"]
     runs = {"t01": ["judge_panel=offline_panel"], "t07": ["judge_panel=offline_panel", "decoding.temperature=0.7"],
-            "ablation": ["judge_panel=offline_panel", "~judge_panel.judges.strict"]}
+            "ablation": ["judge_panel=offline_panel", "~judge_panel.judges.strict"],
+            "brief": brief, "brief-ablation": [*brief, "~judge_panel.judges.strict"]}
     results = {}
     for name, overrides in runs.items():
         cfg = settings(tmp_path, overrides)
@@ -172,12 +192,14 @@ def test_the_tour_shows_differences_in_seconds(tmp_path):
     assert results["t01"].summary["overall"] != results["t07"].summary["overall"]
     assert results["ablation"].stats["requests"] == {"model": 0, "lenient": 0, "balanced": 0}  # all from the cache
     report = build(sources.from_run_dirs([str(tmp_path / "runs" / "*")]))
-    assert len(report.leaderboard) == 3
-    # the baseline leaderboard: one row, the spec's decoding and the full panel, settings as columns
-    assert list(report.baseline["point"]) == ["extractive"]
+    assert len(report.leaderboard) == 5
+    # the baseline leaderboard: a row per model, the spec's decoding and the full panel, settings as columns
+    assert sorted(report.baseline["point"]) == ["extractive", "extractive-brief"]
     assert report.baseline.iloc[0][["judges", "temperature"]].tolist() == ["balanced,lenient,strict", 0.1]
     assert set(report.sweeps["key"]) == {"decoding.temperature"}
-    assert list(report.ablations["dropped"]) == ["strict"] and "tau" in report.ablations
+    # two models ranked under the full panel and without strict: Kendall's tau has something to say
+    assert list(report.ablations["dropped"]) == ["strict", "strict"] and set(report.ablations["n_models"]) == {2}
+    assert set(report.ablations["tau"]) == {1.0} and set(report.ablations["rank_change"]) == {0}
     pairs = report.agreement["pairs"]
     assert set(pairs) == {"balanced~lenient", "balanced~strict", "lenient~strict"}
     assert all(p["mad"] > 0 for p in pairs.values())

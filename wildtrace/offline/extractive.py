@@ -1,7 +1,10 @@
-"""The extractive baseline: BM25 over the document's sentences, answering with the best.
+"""The extractive baselines: BM25 over the document's sentences, answering with the best.
 
 A real (if weak) baseline for long-document QA: it never reasons, it only retrieves, so
-its score says how much of a rubric plain lexical retrieval can reach. Like a model, it
+its score says how much of a rubric plain lexical retrieval can reach. Two of them, so a
+leaderboard has rows to rank offline: ``extractive`` answers with the best sentences up to
+ANSWER_CHARS, ``extractive-brief`` up to BRIEF_CHARS (it retrieves as well and says less,
+so a rubric's later items are more often missed). Like a model, each
 stops at its completion budget: an answer longer than ``max_tokens`` (counted as the
 cost estimate counts them, ``core.caps.tokens_of``) is cut there, finish reason ``length``.
 """
@@ -17,8 +20,8 @@ from wildtrace.core.prompts import ANSWER_HEAD, ANSWER_MIDDLE
 from wildtrace.offline.text import sentences, tokens
 
 K1, B = 1.5, 0.75
-#: The answer is the best sentences up to this many characters, in document order.
-ANSWER_CHARS = 1500
+#: The answer is the best sentences up to this many characters, in document order (the brief baseline's: BRIEF_CHARS).
+ANSWER_CHARS, BRIEF_CHARS = 1500, 500
 #: At or below this temperature the baseline answers greedily: the spec decodes at 0.1,
 #: and keeping that setting deterministic keeps the default run's headline what it was.
 GREEDY_MAX_TEMPERATURE = 0.1
@@ -95,9 +98,9 @@ def within_budget(answer: str, max_tokens: int | None, cjk: bool) -> tuple[str, 
 
 
 def answer_from_prompt(prompt: str, temperature: float | None = None, rng: random.Random | None = None,
-                       max_tokens: int | None = None) -> tuple[str, str]:
-    """(reply text, finish reason) of the baseline to an answer prompt (sampled above
-    GREEDY_MAX_TEMPERATURE, cut at ``max_tokens``)."""
+                       max_tokens: int | None = None, chars: int = ANSWER_CHARS) -> tuple[str, str]:
+    """(reply text, finish reason) of the baseline answering in up to ``chars`` characters to an
+    answer prompt (sampled above GREEDY_MAX_TEMPERATURE, cut at ``max_tokens``)."""
     question, document = split_answer_prompt(prompt)
-    answer = extractive_answer(question, document, temperature=temperature, rng=rng)
+    answer = extractive_answer(question, document, budget=chars, temperature=temperature, rng=rng)
     return within_budget(answer, max_tokens, is_cjk(count_ideographs(document)))

@@ -1,6 +1,6 @@
 """The offline provider: the OpenAI wire format, answered in-process.
 
-Routes: ``extractive-bm25`` (the baseline model), ``lexical-judge`` (the default panel's
+Routes: ``extractive-bm25`` and ``extractive-brief`` (the baseline models), ``lexical-judge`` (the default panel's
 deterministic judge) and the offline panel's three judges of different strictness
 (``lexical-judge-lenient``, ``-balanced``, ``-strict``). The request still goes through
 runtime/net/endpoint.py — over an in-process transport instead of a socket — so the offline
@@ -25,7 +25,7 @@ from typing import Any
 
 from wildtrace.providers.base import WireRequest
 
-from wildtrace.offline.extractive import answer_from_prompt
+from wildtrace.offline.extractive import BRIEF_CHARS, answer_from_prompt
 from wildtrace.offline.lexical_judge import STRICTNESS, judge_reply
 from wildtrace.providers.openai import OpenAIProvider
 
@@ -34,6 +34,7 @@ from wildtrace.providers.openai import OpenAIProvider
 Answer = Callable[[str, "float | None", random.Random, "int | None"], tuple[str, str]]
 ROUTES: dict[str, Answer] = {
     "extractive-bm25": answer_from_prompt,
+    "extractive-brief": lambda prompt, t, rng, budget: answer_from_prompt(prompt, t, rng, budget, chars=BRIEF_CHARS),
     "lexical-judge": lambda prompt, t, rng, budget: (judge_reply(prompt), "stop"),
     **{route: functools.partial(lambda prompt, t, rng, budget, threshold:
                                 (judge_reply(prompt, threshold, t, rng), "stop"), threshold=threshold)
