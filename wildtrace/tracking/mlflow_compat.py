@@ -13,6 +13,11 @@ tests on the lowest supported release and on the newest):
 
 - ``mlflow.tracing.client.TracingClient``: ``start_trace(TraceInfo)``, ``log_spans(location,
   spans)``, ``search_traces``, ``log_assessment``.
+- ``mlflow.store.tracking.rest_store.RestStore._get_server_version``: an ``lru_cache`` that keeps
+  a failed ``/version`` probe for the life of the process, so after one failure (a tracking
+  server restarting) every later ``log_spans`` to that server raises NotImplementedError, the
+  upload of the same process included. ``forget_server_version`` clears it after such a failure;
+  if a release drops the attribute there is nothing to clear.
 - ``mlflow.tracing.utils``: ``dump_span_attribute_value`` (how the tracer encodes a span
   attribute), ``add_size_stats_to_trace_metadata``; ``mlflow.tracing.utils.environment.
   resolve_env_metadata`` (source, user, git, as the tracer records them);
@@ -74,3 +79,13 @@ def add_size_stats(trace: Any) -> None:
     from mlflow.tracing.utils import add_size_stats_to_trace_metadata
 
     add_size_stats_to_trace_metadata(trace)
+
+
+def forget_server_version() -> None:
+    """Forget what MLflow's REST store cached of the tracking servers' versions, a failed probe
+    included, so the next ``log_spans`` asks the server again."""
+    from mlflow.store.tracking.rest_store import RestStore
+
+    clear = getattr(getattr(RestStore, "_get_server_version", None), "cache_clear", None)
+    if callable(clear):
+        clear()

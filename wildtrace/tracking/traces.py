@@ -412,7 +412,11 @@ def write_traces(client: Any, experiment_id: str, traces: list,
               if t.info.trace_id in refused]
     stored = [t for t in traces if t.info.trace_id not in refused]
     if stored:
-        client.log_spans(experiment_id, [span for trace in stored for span in trace.data.spans])
+        try:
+            client.log_spans(experiment_id, [span for trace in stored for span in trace.data.spans])
+        except NotImplementedError:  # the server's version unknown: MLflow would refuse every later batch
+            mlflow_compat.forget_server_version()
+            raise
     return [trace.info.trace_id for trace in stored], failed
 
 
