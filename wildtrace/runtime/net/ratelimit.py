@@ -421,7 +421,7 @@ class AdaptiveLimit:
         self._sent: collections.deque[Grant] = collections.deque(maxlen=SENT_KEPT)
         self._queue: collections.deque[object] = collections.deque()
         self._waiters: list[asyncio.Future[None]] = []
-        self.throttled = 0  #: 429/529 answers seen (for run stats)
+        self.throttled = 0  #: 429/529 answers seen (what the pacing tests read; run stats count retries)
         self.throttles = 0  #: of which new throttles (a burst counts once)
         #: The budget shared with other jobs on the key through the cache folder (runtime/store/shared_budget.py).
         self.shared: SharedBudget | None = None
