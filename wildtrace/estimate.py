@@ -11,9 +11,11 @@ to send (docs/providers/cost.md):
 - a judge call of an answer not known yet holds that answer in its prompt: low, a typical
   answer; high, a full ``max_tokens`` one;
 - a call whose input crosses the endpoint's long-context tier is priced at the tier;
-- an answer whose prompt the sweep sends again (``prompt_repeats`` above 1) may be read from the
-  provider's prompt cache: low, all its input read at the cached price (a repeat that hits); high,
-  all of it missed, or written where a write costs more (the first call of a marked prompt).
+- an answer whose prompt the sweep sends again (``prompt_repeats`` N above 1) may be read from the
+  provider's prompt cache: low, the first of the N calls at the write price (Anthropic's, for the
+  lifetime the schedule marks; the input price where a write costs nothing extra) and the N - 1
+  repeats at the cached price, each job bearing 1/N of it; high, all of it missed, or written at the
+  dearest write where a write costs more.
 
 Prints one row per endpoint and the total, and writes ``estimate.json`` in its output
 folder. No key is read and no request is sent. Exit 2 on a config or data error.
@@ -22,7 +24,9 @@ folder. No key is read and no request is sent. Exit 2 on a config or data error.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping
+from fractions import Fraction
 from pathlib import Path
 
 import hydra
@@ -35,35 +39,71 @@ from wildtrace.config import ConfigError, WildtraceConfig, batch_labels, price_o
 from wildtrace.core.caps import CHARS_PER_TOKEN, tokens_of
 from wildtrace.core.cost import Billable, Price, exact_cost, in_tier, worst_cost
 from wildtrace.runtime.run.pipeline import PlannedCall
+from wildtrace.runtime.run.prompt_cache import RepeatSchedule
 
 register()
 
-def _usd(price: Price | None, input_tokens: int, output_tokens: int, batched: bool = False,
-         cached: int = 0) -> float | None:
-    exact = exact_cost(price, Billable(input_tokens, cached, output_tokens), batched)
-    return None if exact is None else float(exact)
+def _usd(price: Price | None, input_tokens: int, output_tokens: int, batched: bool = False) -> Fraction | None:
+    return exact_cost(price, Billable(input_tokens, 0, output_tokens), batched)
 
 
-def _worst_usd(price: Price | None, input_tokens: int, output_tokens: int, batched: bool = False) -> float | None:
-    exact = worst_cost(price, Billable(input_tokens, 0, output_tokens), batched)
-    return None if exact is None else float(exact)
+def _worst_usd(price: Price | None, input_tokens: int, output_tokens: int, batched: bool = False) -> Fraction | None:
+    return worst_cost(price, Billable(input_tokens, 0, output_tokens), batched)
+
+
+def _first_call(price: Price, schedule: RepeatSchedule, input_tokens: int, output_tokens: int) -> Billable:
+    """A prompt's first call: written for the lifetime the schedule marks where the price has a write price
+    for it (Anthropic), else missed (where a write costs nothing extra: OpenAI, Gemini)."""
+    ttl = schedule.ttl()
+    per_mtok = {"5m": price.cache_write_per_mtok, "1h": price.cache_write_1h_per_mtok}.get(ttl or "")
+    written = input_tokens if per_mtok is not None else 0
+    return Billable(input_tokens, 0, output_tokens, written, written if ttl == "1h" else 0)
+
+
+def _low_usd(price: Price | None, schedule: RepeatSchedule, input_tokens: int, output_tokens: int,
+             batched: bool) -> tuple[Fraction | None, Fraction]:
+    """The low end of a call and the input tokens it is expected to read from the provider's cache. Its
+    prompt is sent ``schedule.repeats`` (N) times in all, by this job and the sweep's others: the call
+    bears 1/N of the first call (written or missed) and of the N - 1 repeats (read)."""
+    n = schedule.repeats
+    if n <= 1 or price is None or price.cached_input_per_mtok is None:
+        return _usd(price, input_tokens, output_tokens, batched), Fraction(0)
+    reads = Fraction(input_tokens * (n - 1), n)
+    first = exact_cost(price, _first_call(price, schedule, input_tokens, output_tokens), batched)
+    repeat = exact_cost(price, Billable(input_tokens, input_tokens, output_tokens), batched)
+    if first is None or repeat is None:
+        return None, reads
+    return (first + (n - 1) * repeat) / n, reads
+
+
+def _outward(usd: Fraction | None, up: bool) -> float | None:
+    """A range end in whole millionths of a dollar, rounded away from the range's inside (the low end down,
+    the high end up), so rounding never moves a bill out of it."""
+    if usd is None:
+        return None
+    micros = usd * 10**6
+    return (math.ceil(micros) if up else math.floor(micros)) / 10**6
 
 
 def price_calls(calls: Iterable[PlannedCall], prices: Mapping[str, Price | None], typical: Mapping[str, int],
                 answer_max_tokens: int, batched: frozenset[str] = frozenset(),
-                repeated: frozenset[str] = frozenset()) -> dict:
+                repeats: Mapping[str, RepeatSchedule] | None = None) -> dict:
     """estimate.json from the planned calls: per endpoint and the total (USD None where a price is missing).
 
     ``typical``: label → a typical reply's output tokens; ``answer_max_tokens``: the answers'
     budget, the longest answer a pending judge call may hold; ``batched``: the endpoints sent
     through a batch API, priced with their ``batch_discount`` (unknown where it has none);
-    ``repeated``: the endpoints whose prompts the sweep sends again (low: read from the provider's cache).
+    ``repeats``: label → how often the command's schedule sends each of its prompts, and for what lifetime
+    (low: the first call written or missed, the repeats read from the provider's cache; none: one call).
     """
     rows: dict[str, dict] = {label: {"calls": 0, "input_tokens": 0, "input_tokens_max": 0, "output_tokens_min": 0,
-                                     "output_tokens_max": 0, "tier_calls": 0, "cache_read_tokens": 0,
-                                     "usd_min": 0.0, "usd_max": 0.0}
+                                     "output_tokens_max": 0, "tier_calls": 0, "cache_read_tokens": 0}
                              for label in prices}
     answer_typical = typical.get("model", 0)
+    schedules = repeats or {}
+    reads: dict[str, Fraction] = {label: Fraction(0) for label in prices}
+    sums: dict[str, dict[str, Fraction | None]] = {label: {"usd_min": Fraction(0), "usd_max": Fraction(0)}
+                                                   for label in prices}
     for call in calls:
         row, price = rows[call.label], prices[call.label]
         low_in = high_in = tokens_of(call.prompt_chars, call.cjk)
@@ -77,16 +117,17 @@ def price_calls(calls: Iterable[PlannedCall], prices: Mapping[str, Price | None]
         row["output_tokens_max"] += call.max_tokens
         row["tier_calls"] += int(price is not None and in_tier(price, low_in))
         b = call.label in batched
-        reads = low_in if call.label in repeated and price is not None and \
-            price.cached_input_per_mtok is not None else 0
-        row["cache_read_tokens"] += reads
-        for key, usd in (("usd_min", _usd(price, low_in, low_out, b, reads)),
-                         ("usd_max", _worst_usd(price, high_in, call.max_tokens, b) if call.label in repeated
+        schedule = schedules.get(call.label, RepeatSchedule())
+        low, read = _low_usd(price, schedule, low_in, low_out, b)
+        reads[call.label] += read
+        for key, usd in (("usd_min", low),
+                         ("usd_max", _worst_usd(price, high_in, call.max_tokens, b) if schedule.repeats > 1
                           else _usd(price, high_in, call.max_tokens, b))):
-            row[key] = None if usd is None or row[key] is None else row[key] + usd
-    for row in rows.values():
-        for key in ("usd_min", "usd_max"):
-            row[key] = None if row[key] is None else round(row[key], 6)
+            so_far = sums[call.label][key]
+            sums[call.label][key] = None if usd is None or so_far is None else so_far + usd
+    for label, row in rows.items():
+        row["cache_read_tokens"] = round(reads[label])
+        row["usd_min"], row["usd_max"] = (_outward(sums[label][k], k == "usd_max") for k in ("usd_min", "usd_max"))
     total = {key: (None if any(r[key] is None for r in rows.values()) else round(sum(r[key] for r in rows.values()), 6))
              for key in ("usd_min", "usd_max")}
     for key in ("usd_min", "usd_max"):  # what the priced endpoints alone come to, when some have no price
@@ -102,8 +143,7 @@ def estimate(cfg: WildtraceConfig) -> dict:
     specs, configs, answer = plan.specs, endpoint_configs(cfg), plan.answer_sampling
     prices = {s.label: price_of(configs[s.label]) for s in specs}
     typical = {s.label: cfg.estimate.answer_tokens if s.label == "model" else cfg.estimate.judge_tokens for s in specs}
-    repeated = frozenset({"model"} if cfg.prompt_repeats > 1 else ())
-    out = price_calls(survey.planned, prices, typical, answer.max_tokens, batch_labels(cfg), repeated)
+    out = price_calls(survey.planned, prices, typical, answer.max_tokens, batch_labels(cfg), {"model": plan.repeats})
     out["missing_prices"] = {s.label: f"{'model' if s.label == 'model' else 'judge_panel.judges.' + s.label}.price."
                              + prices[s.label].missing()[0] for s in specs if prices[s.label].missing()}
     out["plan"] = {"answers_to_request": survey.answers_to_request, "answers_cached": survey.answers_cached,

@@ -303,25 +303,6 @@ def test_the_sweep_repeats_are_the_decoding_sweeps_sizes_multiplied(tmp_path):
     assert sweep_repeats(tmp_path) == 6  # the model sweep changes the prompt's endpoint: not a repeat
 
 
-# ---------------------------------------------------------------------- the estimate
-
-
-@pytest.mark.parametrize("price, write", [(SONNET, 6.0), (OPENAI, 2.5)])  # the dearest write: an hour's
-def test_the_estimate_ranges_from_every_repeat_read_to_every_call_written_or_missed(price, write):
-    from wildtrace.estimate import price_calls
-    from wildtrace.runtime.run.pipeline import PlannedCall
-
-    calls = [PlannedCall("model", 330_000, False, 100)]  # 100,000 tokens at 3.3 characters a token
-    plain = price_calls(calls, {"model": price}, {"model": 100}, 100)["endpoints"]["model"]
-    repeated = price_calls(calls, {"model": price}, {"model": 100}, 100,
-                           repeated=frozenset({"model"}))["endpoints"]["model"]
-    out = 100 * price.output_per_mtok / 1e6
-    assert plain["cache_read_tokens"] == 0 and plain["usd_min"] == pytest.approx(0.1 * price.input_per_mtok + out)
-    assert repeated["cache_read_tokens"] == 100_000
-    assert repeated["usd_min"] == pytest.approx(0.1 * price.cached_input_per_mtok + out)  # a repeat that hits
-    assert repeated["usd_max"] == pytest.approx(0.1 * write + out)  # a write where it costs more, else a miss
-
-
 # ---------------------------------------------------------------------- the sweep's schedule
 
 

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -72,6 +73,41 @@ def test_an_unpriced_endpoint_makes_the_total_unknown_not_smaller():
                       {"model": Price(1.0, 1.0), "a": Price()}, {"model": 10, "a": 10}, 10)
     assert est["endpoints"]["a"]["usd_min"] is None and est["total"]["usd_min"] is None
     assert est["total"]["priced_usd_min"] == est["endpoints"]["model"]["usd_min"] > 0
+
+
+#: The model files' price blocks (USD per million tokens): OpenAI's and Gemini's writes cost nothing extra.
+GPT = Price(input_per_mtok=1.25, output_per_mtok=10.0, cached_input_per_mtok=0.125, batch_discount=0.5)
+OPUS = Price(input_per_mtok=5.0, output_per_mtok=25.0, cached_input_per_mtok=0.5, cache_write_per_mtok=6.25,
+             cache_write_1h_per_mtok=10.0, batch_discount=0.5)
+GEMINI = Price(input_per_mtok=1.25, output_per_mtok=10.0, cached_input_per_mtok=0.125, batch_discount=0.5)
+
+
+@pytest.mark.parametrize("price, batched, first, dearest", [
+    (GPT, False, "1.25", "1.25"),  # the first call a miss: a write costs nothing extra
+    (OPUS, False, "6.25", "10.0"),  # marked for 5 minutes: its repeats come right after
+    (OPUS, True, "10.0", "10.0"),  # batched: the repeats come in other jobs' batches, marked for the hour
+    (GEMINI, False, "1.25", "1.25"),
+])
+@pytest.mark.parametrize("jobs", [1, 6])  # a single run; a 3x2 sweep (three temperatures, two replicates)
+def test_the_low_end_writes_each_prompt_once_and_reads_its_repeats(price, batched, first, dearest, jobs):
+    """Summed over the sweep's jobs, the low end of a prompt sent N times is its first call at the write price
+    (the input price where a write costs nothing extra) and its N - 1 repeats at the read price; a single
+    run reads nothing (low = high for input). The high end: every call missed, or written at the dearest write."""
+    from wildtrace.runtime.run.prompt_cache import RepeatSchedule
+
+    calls = [PlannedCall("model", 396_000, False, 1000), PlannedCall("model", 33_000, False, 1000)]
+    tokens = [tokens_of(c.prompt_chars, c.cjk) for c in calls]
+    per_job = price_calls(calls, {"model": price}, {"model": 100}, 1000, frozenset({"model"} if batched else ()),
+                          {"model": RepeatSchedule.of(jobs, batched)})["endpoints"]["model"]
+    mtok, discount = Decimal(10**6), Decimal(1) - (Decimal("0.5") if batched else 0)
+    read, out, plain = (Decimal(str(p)) for p in (price.cached_input_per_mtok, price.output_per_mtok,
+                                                  price.input_per_mtok))
+    write = Decimal(first) if jobs > 1 else plain
+    low = sum(t * (write + (jobs - 1) * read) + jobs * 100 * out for t in tokens) * discount / mtok
+    high = sum(jobs * (t * (Decimal(dearest) if jobs > 1 else plain) + 1000 * out) for t in tokens) * discount / mtok
+    assert jobs * Decimal(str(per_job["usd_min"])) == pytest.approx(low, abs=Decimal("1e-5"))
+    assert jobs * Decimal(str(per_job["usd_max"])) == pytest.approx(high, abs=Decimal("1e-5"))
+    assert per_job["cache_read_tokens"] == round(Fraction(sum(tokens) * (jobs - 1), jobs))
 
 
 # ---------------------------------------------------------------------- the run's own plan, nothing sent
@@ -195,14 +231,16 @@ CACHE_SHAPES = {"openai": ("gpt-5.1", "/v1", ["model.send_temperature=true"]),
 def test_the_range_holds_what_a_cached_sweep_is_billed(tmp_path, test_key, shape):
     """Two replicates of a prompt against a loopback that caches as the provider documents: the estimate of
     each job (prompt_repeats=2: low, the repeats read; high, every call missed or written) summed over
-    the jobs holds what the two jobs were billed, the first call written or missed, the second read."""
-    from servers.prefix_cache import PrefixCache
+    the jobs holds what the two jobs were billed, the first call written or missed, the second read. The
+    loopback counts tokens as the estimate does: the bill then differs from the estimate in what the cache
+    did and the replies, not in the tokenizer (one packing more characters a token bills less input)."""
+    from servers.prefix_cache import PrefixCache, estimated_tokens
 
     model, suffix, extra = CACHE_SHAPES[shape]
     tasks, corpus = write_release(tmp_path, [make_task(f"q{i}", f"What failed? [q{i}]", "doc.txt") for i in range(2)],
                                   {"doc.txt": "The seal was worn. The pump failed at 03:14. " * 200})
     low = high = billed = 0.0
-    with LoopbackServer(PrefixCache(shape)) as server:
+    with LoopbackServer(PrefixCache(shape, tokens=estimated_tokens)) as server:
         jobs = []
         for replicate in (0, 1):
             cfg = settings(tmp_path / f"job{replicate}", [
@@ -211,7 +249,7 @@ def test_the_range_holds_what_a_cached_sweep_is_billed(tmp_path, test_key, shape
                 f"decoding.replicate={replicate}", "decoding.max_tokens=256", "estimate.answer_tokens=12"])
             cfg.prompt_repeats = 2
             row = estimate(cfg)["endpoints"]["model"]
-            assert row["cache_read_tokens"] == row["input_tokens"] > 0  # low: every repeat read
+            assert row["cache_read_tokens"] == round(row["input_tokens"] / 2) > 0  # low: the job's half read
             low, high = low + row["usd_min"], high + row["usd_max"]
             jobs.append(cfg)
         assert server.calls == []
