@@ -7,9 +7,8 @@ six jobs in units of one point's uncached input: 6.0 with no prompt cache; the f
 is 1.5 where a write costs nothing extra and a read 0.1x (the first call at the input price, five
 repeats at a tenth), 1.75 for Anthropic's 5-minute cache (the first call writes at 1.25x). Each point
 is also run on its own against the same shape caching nothing: every job's answers and scores.json
-must be that run's. The estimate's range (before anything is sent) must hold the billed cost; the
-loopbacks count tokens as the estimate does (3.3 characters a token), so the two differ in what the
-cache did, not in the tokenizer (one packing more characters a token bills less input). Exits
+must be that run's. The estimate's range (before anything is sent) must hold the billed cost (the
+loopbacks' tokenizer packs 4 bytes a token, the estimate's low end 4 characters, its high end 3.3). Exits
 1, naming what failed, when a shape is not within 0.1 of its floor, an answer or score differs, or
 the range misses the cost.
 
@@ -32,7 +31,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from conftest import make_task, write_release  # noqa: E402
 from servers.loopback import LoopbackServer  # noqa: E402
-from servers.prefix_cache import PrefixCache, estimated_tokens  # noqa: E402
+from servers.prefix_cache import PrefixCache  # noqa: E402
 
 KEY_ENV = "WILDTRACE_TEST_KEY"
 SWEEP = ["decoding.temperature=0.1,0.4,0.7", "decoding.replicate=0,1"]
@@ -119,7 +118,7 @@ def uncached(shape: str, tasks: int, work: Path) -> dict[tuple[float, int], dict
 
     data = release(work, tasks)
     out = {}
-    with LoopbackServer(PrefixCache(shape, hold=False, tokens=estimated_tokens)) as server:
+    with LoopbackServer(PrefixCache(shape, hold=False)) as server:
         for temperature, replicate in POINTS:
             cfg = settings(work / f"t{temperature}-r{replicate}", [
                 *shape_overrides(shape, server.url, data), f"decoding.temperature={temperature}",
@@ -134,7 +133,7 @@ def uncached(shape: str, tasks: int, work: Path) -> dict[tuple[float, int], dict
 def sweep(shape: str, tasks: int, work: Path) -> dict:
     """One provider shape's six-job sweep: the ratio billed / one point's uncached input, the outcomes."""
     data = release(work, tasks)
-    with LoopbackServer(PrefixCache(shape, tokens=estimated_tokens)) as server:
+    with LoopbackServer(PrefixCache(shape)) as server:
         overrides = shape_overrides(shape, server.url, data)
         os.environ[KEY_ENV] = "sk-loopback"
         low, high = estimated(shape, overrides, work)

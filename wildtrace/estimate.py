@@ -4,8 +4,9 @@ Takes the same overrides as a run and plans it exactly as the run does (``run.pl
 caps, out-of-context tasks, cache hits, replicates, stage), then prices every call still
 to send (docs/providers/cost.md):
 
-- input tokens from the prompt's characters: 3.3 characters a token for English documents,
-  1.5 for CJK ones (the spec's ratios, the same the rate pacing uses);
+- input tokens from the prompt's characters as a range: low, 4 characters a token for English
+  documents and 2 for CJK ones (the most the providers' own descriptions of their tokenizers give);
+  high, 3.3 and 1.5 (the spec's ratios, the same the rate pacing uses);
 - output tokens as a range: a typical reply (``estimate.answer_tokens``,
   ``estimate.judge_tokens``) up to the completion budget (``max_tokens``);
 - a judge call of an answer not known yet holds that answer in its prompt: low, a typical
@@ -36,7 +37,7 @@ from omegaconf import DictConfig
 from wildtrace.app import CONF_DIR, check_command_line, prepare, route_console_to_stderr
 from wildtrace.exitcodes import fail
 from wildtrace.config import ConfigError, WildtraceConfig, batch_labels, price_of, register
-from wildtrace.core.caps import CHARS_PER_TOKEN, tokens_of
+from wildtrace.core.caps import CHARS_PER_TOKEN, CHARS_PER_TOKEN_MOST, fewest_tokens_of, tokens_of
 from wildtrace.core.cost import Billable, Price, exact_cost, in_tier, worst_cost
 from wildtrace.runtime.run.pipeline import PlannedCall
 from wildtrace.runtime.run.prompt_cache import RepeatSchedule
@@ -106,16 +107,17 @@ def price_calls(calls: Iterable[PlannedCall], prices: Mapping[str, Price | None]
                                                    for label in prices}
     for call in calls:
         row, price = rows[call.label], prices[call.label]
-        low_in = high_in = tokens_of(call.prompt_chars, call.cjk)
+        low_in, high_in = fewest_tokens_of(call.prompt_chars, call.cjk), tokens_of(call.prompt_chars, call.cjk)
+        spec_in = high_in  # the spec's count: what the tier column and the pacing go by
         if call.answer_pending:
-            low_in, high_in = low_in + answer_typical, high_in + answer_max_tokens
+            low_in, high_in, spec_in = low_in + answer_typical, high_in + answer_max_tokens, spec_in + answer_typical
         low_out = min(typical.get(call.label, 0), call.max_tokens)
         row["calls"] += 1
         row["input_tokens"] += low_in
         row["input_tokens_max"] += high_in
         row["output_tokens_min"] += low_out
         row["output_tokens_max"] += call.max_tokens
-        row["tier_calls"] += int(price is not None and in_tier(price, low_in))
+        row["tier_calls"] += int(price is not None and in_tier(price, spec_in))
         b = call.label in batched
         schedule = schedules.get(call.label, RepeatSchedule())
         low, read = _low_usd(price, schedule, low_in, low_out, b)
@@ -149,7 +151,8 @@ def estimate(cfg: WildtraceConfig) -> dict:
     out["plan"] = {"answers_to_request": survey.answers_to_request, "answers_cached": survey.answers_cached,
                    "out_of_context": survey.out_of_context, "judge_calls_cached": survey.judge_calls_cached,
                    "judge_calls_pending_answers": survey.judge_calls_pending}
-    out["assumptions"] = {"chars_per_token": CHARS_PER_TOKEN, "typical_output_tokens": typical}
+    out["assumptions"] = {"chars_per_token": CHARS_PER_TOKEN, "chars_per_token_low": CHARS_PER_TOKEN_MOST,
+                          "typical_output_tokens": typical}
     return out
 
 

@@ -18,7 +18,7 @@ from servers.loopback import Call, LoopbackServer, Reply
 from wildtrace.core.cost import Price
 from wildtrace.core.prompts import answer_prompt, judge_prompt
 from wildtrace.core.tasks import RubricItem
-from wildtrace.estimate import CHARS_PER_TOKEN, estimate, price_calls, tokens_of
+from wildtrace.estimate import CHARS_PER_TOKEN, estimate, fewest_tokens_of, price_calls, tokens_of
 from wildtrace.runtime.run.pipeline import PlannedCall
 from wildtrace.runtime.run.execute import run
 
@@ -33,15 +33,29 @@ def test_input_tokens_from_characters_by_script(chars, cjk, tokens):
     assert tokens_of(chars, cjk) == tokens == math.ceil(chars / (1.5 if cjk else 3.3))
 
 
-@pytest.mark.parametrize("chars, in_tier", [(3300, False), (3301, True)])  # 1000 tokens: not above; 1001: above
-def test_tier_calls_and_prices_at_the_boundary(chars, in_tier):
+@pytest.mark.parametrize("chars, cjk, tokens", [(0, False, 0), (1, False, 1), (40, False, 10), (41, False, 11),
+                                               (3, True, 2), (20, True, 10), (21, True, 11)])
+def test_the_fewest_input_tokens_a_documented_tokenizer_makes(chars, cjk, tokens):
+    """The estimate's low end: 4 characters a token in English, 2 in CJK (OpenAI's and Moonshot's descriptions)."""
+    assert fewest_tokens_of(chars, cjk) == tokens == math.ceil(chars / (2 if cjk else 4))
+
+
+@pytest.mark.parametrize("chars, low_in_tier, in_tier", [(3300, False, False), (3301, False, True), (4000, False, True),
+                                                         (4001, True, True)])  # 1000 tokens: not above; 1001: above
+def test_tier_calls_and_prices_at_the_boundary(chars, low_in_tier, in_tier):
+    """Low: input at 4 characters a token; high and the tier column: at the spec's 3.3."""
     est = price_calls([PlannedCall("model", chars, False, 500)], {"model": TIERED}, {"model": 100}, 500)
     row = est["endpoints"]["model"]
-    tokens = tokens_of(chars, False)
-    im, om = (Decimal(2), Decimal("1.5")) if in_tier else (Decimal(1), Decimal(1))
-    low = (tokens * 2 * im + 100 * 10 * om) / Decimal(10**6)
+    fewest, tokens = fewest_tokens_of(chars, False), tokens_of(chars, False)
+
+    def mult(tier: bool) -> tuple[Decimal, Decimal]:
+        return (Decimal(2), Decimal("1.5")) if tier else (Decimal(1), Decimal(1))
+
+    (lim, lom), (im, om) = mult(low_in_tier), mult(in_tier)
+    low = (fewest * 2 * lim + 100 * 10 * lom) / Decimal(10**6)
     high = (tokens * 2 * im + 500 * 10 * om) / Decimal(10**6)
-    assert row["tier_calls"] == int(in_tier) and row["calls"] == 1 and row["input_tokens"] == tokens
+    assert row["tier_calls"] == int(in_tier) and row["calls"] == 1
+    assert (row["input_tokens"], row["input_tokens_max"]) == (fewest, tokens)
     assert Decimal(str(row["usd_min"])) == low.quantize(Decimal("1e-6"))
     assert Decimal(str(row["usd_max"])) == high.quantize(Decimal("1e-6"))
     assert est["total"]["usd_min"] == row["usd_min"] and est["total"]["usd_max"] == row["usd_max"]
@@ -51,7 +65,7 @@ def test_a_pending_judge_call_holds_an_answer_of_unknown_length():
     est = price_calls([PlannedCall("a", 330, False, 50, answer_pending=True)],
                       {"model": Price(1.0, 1.0), "a": Price(1.0, 1.0)}, {"model": 200, "a": 20}, 8192)
     row = est["endpoints"]["a"]
-    assert (row["input_tokens"], row["input_tokens_max"]) == (100 + 200, 100 + 8192)
+    assert (row["input_tokens"], row["input_tokens_max"]) == (83 + 200, 100 + 8192)
     assert (row["output_tokens_min"], row["output_tokens_max"]) == (20, 50)
 
 
@@ -96,7 +110,8 @@ def test_the_low_end_writes_each_prompt_once_and_reads_its_repeats(price, batche
     from wildtrace.runtime.run.prompt_cache import RepeatSchedule
 
     calls = [PlannedCall("model", 396_000, False, 1000), PlannedCall("model", 33_000, False, 1000)]
-    tokens = [tokens_of(c.prompt_chars, c.cjk) for c in calls]
+    tokens = [fewest_tokens_of(c.prompt_chars, c.cjk) for c in calls]  # low: 4 characters a token
+    spec = [tokens_of(c.prompt_chars, c.cjk) for c in calls]  # high: the spec's 3.3
     per_job = price_calls(calls, {"model": price}, {"model": 100}, 1000, frozenset({"model"} if batched else ()),
                           {"model": RepeatSchedule.of(jobs, batched)})["endpoints"]["model"]
     mtok, discount = Decimal(10**6), Decimal(1) - (Decimal("0.5") if batched else 0)
@@ -104,7 +119,7 @@ def test_the_low_end_writes_each_prompt_once_and_reads_its_repeats(price, batche
                                                   price.input_per_mtok))
     write = Decimal(first) if jobs > 1 else plain
     low = sum(t * (write + (jobs - 1) * read) + jobs * 100 * out for t in tokens) * discount / mtok
-    high = sum(jobs * (t * (Decimal(dearest) if jobs > 1 else plain) + 1000 * out) for t in tokens) * discount / mtok
+    high = sum(jobs * (t * (Decimal(dearest) if jobs > 1 else plain) + 1000 * out) for t in spec) * discount / mtok
     assert jobs * Decimal(str(per_job["usd_min"])) == pytest.approx(low, abs=Decimal("1e-5"))
     assert jobs * Decimal(str(per_job["usd_max"])) == pytest.approx(high, abs=Decimal("1e-5"))
     assert per_job["cache_read_tokens"] == round(Fraction(sum(tokens) * (jobs - 1), jobs))
@@ -154,8 +169,9 @@ def test_estimate_plans_as_the_run_does_and_sends_nothing(tmp_path, release):
         assert model["calls"] == 3 and est["plan"]["out_of_context"] == 1  # long.txt is past the 5000-character cap
         planned = [("What failed? [q0]", SHORT, False), ("What failed? [q1]", SHORT, False),
                    ("什么坏了? [q3]", CJK, True)]
-        want = sum(tokens_of(len(answer_prompt(q, doc)), cjk) for q, doc, cjk in planned)
-        assert model["input_tokens"] == want
+        low, high = (sum(count(len(answer_prompt(q, doc)), cjk) for q, doc, cjk in planned)
+                     for count in (fewest_tokens_of, tokens_of))
+        assert (model["input_tokens"], model["input_tokens_max"]) == (low, high)
         assert (model["output_tokens_min"], model["output_tokens_max"]) == (3 * 40, 3 * 300)
         assert judge["calls"] == 3 and est["plan"]["judge_calls_pending_answers"] == 3  # answers not known yet
         # the run it estimated: what it really sent is what was planned, and cost no more than the high end
@@ -184,9 +200,10 @@ def test_known_answers_are_judged_at_their_real_length(tmp_path, release):
         est = estimate(settings(tmp_path / "e", overrides(server.url, tasks, corpus, cache), judges=judges(server.url)))
     judge = est["endpoints"]["a"]
     rubric = [RubricItem(60, "names the cause"), RubricItem(40, "gives the time")]
-    want = sum(tokens_of(len(judge_prompt(q, rubric, "The seal was worn.")), False)
-               for q in ("What failed? [q0]", "What failed? [q1]", "什么坏了? [q3]"))
-    assert judge["calls"] == 3 and judge["input_tokens"] == judge["input_tokens_max"] == want
+    low, high = (sum(count(len(judge_prompt(q, rubric, "The seal was worn.")), False)
+                     for q in ("What failed? [q0]", "What failed? [q1]", "什么坏了? [q3]"))
+                 for count in (fewest_tokens_of, tokens_of))
+    assert judge["calls"] == 3 and (judge["input_tokens"], judge["input_tokens_max"]) == (low, high)
     assert est["endpoints"]["model"]["calls"] == 0
 
 
@@ -232,15 +249,15 @@ def test_the_range_holds_what_a_cached_sweep_is_billed(tmp_path, test_key, shape
     """Two replicates of a prompt against a loopback that caches as the provider documents: the estimate of
     each job (prompt_repeats=2: low, the repeats read; high, every call missed or written) summed over
     the jobs holds what the two jobs were billed, the first call written or missed, the second read. The
-    loopback counts tokens as the estimate does: the bill then differs from the estimate in what the cache
-    did and the replies, not in the tokenizer (one packing more characters a token bills less input)."""
-    from servers.prefix_cache import PrefixCache, estimated_tokens
+    loopback's tokenizer packs 4 characters a token, not the spec's 3.3: the range holds it (its low end
+    counts input at the most characters a token the providers describe)."""
+    from servers.prefix_cache import PrefixCache
 
     model, suffix, extra = CACHE_SHAPES[shape]
     tasks, corpus = write_release(tmp_path, [make_task(f"q{i}", f"What failed? [q{i}]", "doc.txt") for i in range(2)],
                                   {"doc.txt": "The seal was worn. The pump failed at 03:14. " * 200})
     low = high = billed = 0.0
-    with LoopbackServer(PrefixCache(shape, tokens=estimated_tokens)) as server:
+    with LoopbackServer(PrefixCache(shape)) as server:
         jobs = []
         for replicate in (0, 1):
             cfg = settings(tmp_path / f"job{replicate}", [

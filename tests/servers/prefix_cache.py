@@ -7,8 +7,7 @@
   refreshed on each read) ``cache_read_input_tokens``; ``input_tokens`` is the rest.
 - Gemini: implicit, for prompts of 1,024 tokens or more; a repeat reports ``cachedContentTokenCount``.
 
-A token is 4 bytes of the prompt, unless ``tokens`` counts otherwise (``estimated_tokens``: as the
-estimate counts them, so a bill compared with the estimate differs only in what the cache did).
+A token is 4 bytes of the prompt.
 The answer never depends on the cache (an uncached run answers the same), and names the temperature
 it was asked at (an answer filed under another point's key shows).
 ``hold=False`` caches nothing: every call a miss, as a provider without a prompt cache.
@@ -21,11 +20,9 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from servers.loopback import Call, Reply
-from wildtrace.core import caps
 
 MIN_TOKENS = 1024
 OPENAI_STEP = 128
@@ -37,11 +34,6 @@ GRADE = '{"points_awarded":[50],"total":50}'
 def tokens_of(text: str) -> int:
     """The loopback's token count: 4 bytes a token."""
     return math.ceil(len(text.encode("utf-8")) / 4)
-
-
-def estimated_tokens(text: str) -> int:
-    """Tokens as the estimate counts an English prompt (core.caps.tokens_of: 3.3 characters a token)."""
-    return caps.tokens_of(len(text), False)
 
 
 def answer_to(body: dict) -> str:
@@ -59,7 +51,6 @@ class PrefixCache:
     latency_s: float = 0.0  # how long each reply takes
     clock: float = 0.0  # added to time.monotonic() (a test may age the cache)
     hold: bool = True  # False: nothing is ever held (an uncached provider)
-    tokens: Callable[[str], int] = tokens_of  # the prompt's token count
     held: dict[str, tuple[float, float]] = field(default_factory=dict)  # prompt -> (held from, until)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -79,7 +70,7 @@ class PrefixCache:
 
     def __call__(self, call: Call) -> Reply:
         text = answer_to(call.body) if call.route == "bench-model" or "Question" in call.prompt else GRADE
-        tokens = self.tokens(call.prompt)
+        tokens = tokens_of(call.prompt)
         if self.shape == "anthropic":
             return Reply(200, self._anthropic(call, tokens, text), delay_s=self.latency_s)
         if self.shape == "gemini":

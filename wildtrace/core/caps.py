@@ -22,6 +22,10 @@ CJK_FIRST, CJK_LAST = "\u4e00", "\u9fff"
 #: The spec's characters per token (§3), by the document's script: the one token estimate
 #: (the cost estimate, the offline model's budget).
 CHARS_PER_TOKEN = {"en": 3.3, "cjk": 1.5}
+#: The most characters a token holds at the tokenizers the providers describe: OpenAI's "about 4
+#: characters" of English, Moonshot's "3-4 English characters" and "1.5-2 Chinese characters". The
+#: cost estimate's low end counts input so (fewest tokens); its high end at the spec's ratios.
+CHARS_PER_TOKEN_MOST = {"en": 4.0, "cjk": 2.0}
 
 
 class CapKind(StrEnum):
@@ -95,6 +99,11 @@ def decide_for_text(document: str, caps: Caps) -> CapsDecision:
 def tokens_of(chars: int, cjk: bool) -> int:
     """Tokens from characters at the script's ratio (rounded up)."""
     return math.ceil(max(chars, 0) / CHARS_PER_TOKEN["cjk" if cjk else "en"])
+
+
+def fewest_tokens_of(chars: int, cjk: bool) -> int:
+    """The fewest tokens a provider's tokenizer is documented to make of so many characters (rounded up)."""
+    return math.ceil(max(chars, 0) / CHARS_PER_TOKEN_MOST["cjk" if cjk else "en"])
 
 
 def chars_within(tokens: int, cjk: bool) -> int:
