@@ -33,7 +33,8 @@ T0 = 1_700_000_000.0  # when the paid calls were made, long before this run
 
 
 def answer_row(qid: str, corpus_file: str, cached: bool, started: float) -> dict:
-    """A responses.json row; a cached one is timed by THIS run's lookup, the paid latency kept apart."""
+    """A responses.json row; a cached one is timed by THIS run's lookup, the paid latency kept apart (and, as
+    the cache keeps them, the paid call's attempts)."""
     text = DOCS[corpus_file]
     return {
         "question_id": qid, "status": "answered",
@@ -41,7 +42,7 @@ def answer_row(qid: str, corpus_file: str, cached: bool, started: float) -> dict
         "document": {"corpus_file": f"corpus/{corpus_file}", "sha256": hashlib.sha256(text.encode()).hexdigest()},
         "reason": None, "response": f"The seal was worn ({qid}).", "finish_reason": "stop",
         "usage": {"prompt_tokens": 500, "completion_tokens": 40, "reasoning_tokens": 12},
-        "error": None, "attempts": 0 if cached else 1, "latency_s": 0.002 if cached else 1.5, "started_at": started,
+        "error": None, "attempts": 1, "latency_s": 0.002 if cached else 1.5, "started_at": started,
         "http_status": 200, "prompt_sha256": "ab" * 32, "raw": {"id": f"chatcmpl-{qid}"},
         "prompt_ref": f"Question {qid}\n<<document corpus/{corpus_file} · sha256 …>>",
         "cached": cached, "original_latency_s": 1.5 if cached else None, "served_model": "test-model-2026-01-01",
@@ -278,6 +279,37 @@ def test_upload_sends_the_spans_of_a_trace_cut_off_before_them(tmp_path):
     assert sorted(traces) == ["q0", "q1", "q2"]
     assert traces["q0"].info.trace_id == cut.info.trace_id and len(traces["q0"].data.spans) == len(cut.data.spans)
     assert len(traces["q0"].info.assessments) == len(cut.info.assessments)  # its feedback not repeated
+
+
+def test_a_cached_rerun_cut_off_and_uploaded_lists_each_task_once_and_links_what_it_can(tmp_path):
+    """A first run pays for every call; its rerun, served from the cache, is killed after two tasks
+    (linked to the first run's traces), and upload completes it: each task listed once, none stored twice."""
+    first = scripted_run(tmp_path, "one", cached=frozenset())
+    obs = first.observer()
+    obs.run_started(first.start())
+    first_id = obs.run_finished(RunEnd(str(first.out_dir), "finished"))
+    client = first.client()
+    stored = {t.info.tags["question_id"]: t.info.trace_id for t in traces_of(client, first_id, spans=False)}
+    rerun = scripted_run(tmp_path, "two", cached=frozenset(stored))
+    obs, run_id = started(rerun)
+    for done in rerun.dones[:2]:
+        obs.task_done(done)
+    assert len(wait_for_traces(client, run_id, 2)) == 2
+    assert obs.exporter.linked == {"q0", "q1"}
+    obs.exporter.close(30)  # the process dies here
+    assert upload.main([str(rerun.out_dir)]) == 0
+    listed = {t.info.tags["question_id"]: t.info.trace_id for t in traces_of(client, run_id, spans=False)}
+    assert sorted(listed) == sorted(stored) and len(traces_of(client, run_id, spans=False)) == len(stored)
+    assert {q: listed[q] for q in ("q0", "q1")} == {q: stored[q] for q in ("q0", "q1")}
+    # Upload tags the rest with the settings run_stats.json holds (the effective max_tokens), which the
+    # live runs did not know: their content differs from the first run's, so they are stored, once.
+    experiment = client.get_run(run_id).info.experiment_id
+    every = {t.info.trace_id for t in client.search_traces(locations=[experiment], max_results=500,
+                                                             include_spans=False)}
+    assert every == set(stored.values()) | set(listed.values())  # no trace stored that no run lists
+    assert upload.main([str(rerun.out_dir)]) == 0  # already logged: nothing linked or stored again
+    assert len(client.search_traces(locations=[experiment], max_results=500, include_spans=False)) == len(every)
+    assert len(traces_of(client, run_id, spans=False)) == len(stored)
 
 
 def test_documents_are_stored_once_across_runs(tmp_path):

@@ -101,6 +101,25 @@ def test_multirun_over_http(mlflow_server):
     assert not (tmp / "outputs" / "mlartifacts").exists()  # the server keeps the artifacts
 
 
+def test_a_cached_rerun_over_http_lists_the_first_runs_traces(mlflow_server):
+    """The rerun's tasks, every call served from the cache, are linked to the traces the first run stored."""
+    url, tmp = mlflow_server
+    first = scripted_run(tmp / "job", "one", cached=frozenset())
+    rerun = scripted_run(tmp / "job", "two", cached=frozenset(f"q{i}" for i in range(4)))
+    runs = []
+    for s in (first, rerun):
+        obs = MlflowObserver(url, "team")
+        obs.run_started(s.start())
+        runs.append(obs.run_finished(RunEnd(str(s.out_dir), "finished")))
+    client = MlflowClient(tracking_uri=url)
+    experiment = client.get_experiment_by_name("team").experiment_id
+    listed = [{t.info.tags["question_id"]: t.info.trace_id
+               for t in client.search_traces(locations=[experiment], run_id=run_id, include_spans=False)}
+              for run_id in runs]
+    assert sorted(listed[0]) == [f"q{i}" for i in range(4)] and listed[1] == listed[0]
+    assert len(client.search_traces(locations=[experiment], include_spans=False)) == 4
+
+
 def test_a_server_that_dies_mid_run_leaves_a_run_upload_completes(tmp_path):
     """Traces of 3 tasks stored, then the server is killed: the run says not logged, keeps its id,
     and upload against the restarted server completes THAT run with no trace twice."""

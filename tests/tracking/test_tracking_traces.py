@@ -17,8 +17,8 @@ import pytest
 from wildtrace.core.events import TaskDone
 from wildtrace.core.records import AnswerRecord, JudgmentRecord, TaskStatus
 from wildtrace.tracking.store import client_for
-from wildtrace.tracking.traces import (assessments, build_trace, call_attributes, chat_in, chat_out, root_output,
-                                       task_tags, TraceTarget, traced_tasks, tracing_client, write_traces)
+from wildtrace.tracking.traces import (CONTENT, SETTINGS, assessments, build_trace, call_attributes, chat_in, chat_out,
+                                       root_output, task_tags, TraceTarget, traced_tasks, tracing_client, write_traces)
 
 ANSWER = {"question_id": "q1", "prompt_ref": "Read the report. 事故报告", "response": "The seal was worn.",
           "finish_reason": "stop", "status": "answered", "attempts": 2, "latency_s": 1.5, "started_at": 1700000000.0,
@@ -101,7 +101,7 @@ def comparable(trace) -> dict:
         "state": info.state, "request_time": info.request_time, "execution_duration": info.execution_duration,
         "request_preview": info.request_preview, "response_preview": info.response_preview,
         "metadata": {k: v for k, v in info.trace_metadata.items() if k not in VOLATILE_METADATA},
-        "tags": {k: v for k, v in info.tags.items() if k != "mlflow.artifactLocation"},
+        "tags": {k: v for k, v in info.tags.items() if k not in {"mlflow.artifactLocation", CONTENT, SETTINGS}},
         "assessments": sorted((a.name, json.dumps(a.value), a.source.source_type, a.source.source_id, a.rationale,
                                json.dumps(a.metadata, sort_keys=True)) for a in info.assessments),
         "spans": sorted(spans, key=lambda s: s["name"]),

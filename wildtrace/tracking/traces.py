@@ -22,6 +22,13 @@ Honest times: a span is timed by the row's ``started_at``/``latency_s``, which f
 served from the cache are THIS run's lookup; such a span says ``wildtrace.cached=true`` and
 keeps the paid call's latency as ``wildtrace.original_latency_s``.
 
+A trace stored once is not stored again: a task whose every call this run made was served
+from the outcome cache, and whose trace with the same content (``content_digest``: what the
+trace shows, not when or by which run) is stored whole in the experiment, is linked to the
+new run (MLflow's ``link_traces_to_run``) instead. The run's Traces view and
+``search_traces(run_id=…)`` list it as one of the run's; it keeps the times, ``mlflow.sourceRun``
+and cache flags of the run that stored it.
+
 Numbers a person reads are rounded (``tracking.readable``: latencies to the ms, costs to
 the cent and 4 significant digits, 0–1 scores to 4 decimals); span times and the run's
 files keep full precision.
@@ -45,7 +52,7 @@ from wildtrace.core.records import AnswerRecord, AnswerStatus, JudgmentRecord
 from wildtrace.core.prompts import JUDGE_RESPONSE, JUDGE_RUBRIC
 from wildtrace.tracking import mlflow_compat, readable
 from wildtrace.tracking.rundir import LANGUAGE, RunDir, language_of, task_status_of
-from wildtrace.tracking.store import open_store
+from wildtrace.tracking.store import client_for, open_store
 
 log = logging.getLogger("wildtrace.tracking")
 
@@ -57,6 +64,13 @@ CHAT_USAGE = "mlflow.chat.tokenUsage"  # SpanAttributeKey.CHAT_USAGE in mlflow 3
 MODEL_ATTR = "mlflow.llm.model"  # SpanAttributeKey.MODEL
 MESSAGE_FORMAT = "mlflow.message.format"  # SpanAttributeKey.MESSAGE_FORMAT
 SPANS_LOCATION = "mlflow.trace.spansLocation"  # TraceTagKey.SPANS_LOCATION: set when the spans are stored
+CONTENT = "wildtrace.content"  # tag: ``content_digest`` of the trace
+SETTINGS = "wildtrace.settings"  # tag: ``settings_digest`` of its run, what a cached rerun searches by
+#: At most this many traces are linked to a run in one call (MLflow's limit).
+LINK_BATCH = 100
+#: Span attributes that tell a paid call from the same call served from the cache: not content.
+PER_RUN_ATTRIBUTES = frozenset({"latency_s", "wildtrace.cached", "wildtrace.original_latency_s", "wildtrace.cost_usd",
+                                "wildtrace.original_cost_usd"})
 
 
 def cap_text(text: Any) -> Any:
@@ -265,6 +279,40 @@ def root_output(done: TaskDone) -> str:
     return f"{done.status}: {r.reason or r.error or 'no answer'}"
 
 
+def digest(value: Any) -> str:
+    """A short sha256 of a JSON-able value (keys sorted)."""
+    text = json.dumps(value, sort_keys=True, default=str, ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def settings_digest(target: TraceTarget) -> str:
+    """The run's settings a trace shows: its setting tags, the judges' routes, the model's route."""
+    return digest([target.tags, target.judge_routes, target.model])
+
+
+def assessment_content(a: Any) -> list:
+    """What an assessment says, without its trace, span, run and times."""
+    error = getattr(a, "error", None)
+    return [a.name, getattr(a, "value", None), error and [error.error_code, error.error_message], a.rationale,
+            a.source.source_type, a.source.source_id,
+            {k: v for k, v in (a.metadata or {}).items() if not k.startswith("mlflow.")}]
+
+
+def content_digest(drafts: list[_Draft], tags: Mapping[str, str], feedback: list) -> str:
+    """What a trace shows: its spans' names, inputs, outputs and attributes, its tags and its
+    assessments; not its ids, times, run or whether its calls were paid or served from the cache."""
+    return digest({"spans": [[d.name, d.span_type, d.parent, d.inputs, d.outputs,
+                              {k: v for k, v in d.attributes.items() if k not in PER_RUN_ATTRIBUTES}] for d in drafts],
+                   "tags": {k: v for k, v in tags.items() if k != "wildtrace.cached"},
+                   "assessments": [assessment_content(a) for a in feedback]})
+
+
+def served_from_cache(done: TaskDone) -> bool:
+    """Whether this run sent none of the task's calls: each call made was served from the outcome cache."""
+    calls: list[AnswerRecord | JudgmentRecord] = [done.answer, *done.judgments]
+    return all(c.provenance.cached for c in calls if c.attempts or c.provenance.cached)
+
+
 def build_trace(done: TaskDone, target: TraceTarget) -> Any:
     """One task as an MLflow ``Trace``: what MLflow's tracer would make of the same spans, feedback included."""
     from mlflow.entities import Trace, TraceData, TraceInfo, TraceLocation, TraceState
@@ -292,14 +340,15 @@ def build_trace(done: TaskDone, target: TraceTarget) -> Any:
     if usage:
         metadata["mlflow.trace.tokenUsage"] = json.dumps(
             {k: sum(u[k] for u in usage) for k in ("input_tokens", "output_tokens", "total_tokens")})
+    tags = {**target.tags, **task_tags(done), "mlflow.traceName": f"task {done.question_id}",
+            "question_id": done.question_id, "status": str(done.status),
+            "wildtrace.cached": str(bool(r.provenance.cached)).lower(), SETTINGS: settings_digest(target)}
+    feedback = assessments(trace_id, done, target)
     info = TraceInfo(
         trace_id=trace_id, trace_location=TraceLocation.from_experiment_id(target.experiment_id),
         request_time=start // 1_000_000, execution_duration=(end - start) // 1_000_000, state=TraceState.OK,
-        trace_metadata=metadata,
-        tags={**target.tags, **task_tags(done), "mlflow.traceName": f"task {done.question_id}",
-              "question_id": done.question_id, "status": str(done.status),
-              "wildtrace.cached": str(bool(r.provenance.cached)).lower()},
-        assessments=assessments(trace_id, done, target))
+        trace_metadata=metadata, tags={**tags, CONTENT: content_digest(drafts, tags, feedback)},
+        assessments=feedback)
     trace = Trace(info=info, data=TraceData(spans=spans))
     mlflow_compat.add_size_stats(trace)
     return trace
@@ -459,6 +508,23 @@ def traced_tasks(client: Any, target: TraceTarget) -> dict[str, Stored]:
             return found
 
 
+def stored_contents(client: Any, target: TraceTarget) -> dict[str, Stored]:
+    """content digest → a trace of another run of the experiment with the same settings, stored whole."""
+    query = f"tags.`{SETTINGS}` = '{settings_digest(target)}' AND tags.`{SPANS_LOCATION}` = 'TRACKING_STORE'"
+    found: dict[str, Stored] = {}
+    token = None
+    while True:
+        page = client.search_traces(locations=[target.experiment_id], filter_string=query, max_results=500,
+                                    include_spans=False, page_token=token)
+        for t in page:
+            content = t.info.tags.get(CONTENT)
+            if content and t.info.trace_metadata.get("mlflow.sourceRun") != target.run_id:
+                found.setdefault(content, Stored(t.info.trace_id, len(t.info.assessments or []), True))
+        token = getattr(page, "token", None)
+        if not token:
+            return found
+
+
 class TraceExporter:
     """A thread that turns finished tasks into traces and stores them in batches while the run goes.
 
@@ -478,6 +544,9 @@ class TraceExporter:
         self.traced: set[str] = set(skip)
         self.submitted: set[str] = set(skip)
         self.spans_only: set[str] = set()  # trace ids stored without their spans
+        self.linked: set[str] = set()  # tasks whose trace, stored by an earlier run, was linked to this one
+        self._runs = client_for(tracking_uri)  # MlflowClient: links traces to the run
+        self._stored: dict[str, Stored] | None = None  # stored_contents, searched at the first cached task
         self.errors = 0
         self._queue: queue.Queue[TaskDone | None] = queue.Queue()
         self._thread = threading.Thread(target=self._work, name="wildtrace-traces", daemon=True)
@@ -524,14 +593,15 @@ class TraceExporter:
                 return
 
     def _export(self, batch: list[TaskDone]) -> None:
-        traces, by_trace = [], {}
+        built: list[tuple[TaskDone, Any]] = []
         for done in batch:
             try:
-                trace = build_trace(done, self.target)
-                traces.append(trace)
-                by_trace[trace.info.trace_id] = done.question_id
+                built.append((done, build_trace(done, self.target)))
             except Exception as exc:  # noqa: BLE001 - one bad row must not stop the others
                 self._failed(done.question_id, exc)
+        linked = self._link(built)
+        traces = [trace for done, trace in built if done.question_id not in linked]
+        by_trace = {trace.info.trace_id: done.question_id for done, trace in built}
         try:
             stored, failed = write_traces(self.client, self.target.experiment_id, traces, self.spans_only)
             for trace_id in stored:
@@ -546,6 +616,35 @@ class TraceExporter:
                     self.also(done)
                 except Exception as exc:  # noqa: BLE001 - the end of the run tries again
                     log.warning("MLflow: document of task %s not stored yet (%s)", done.question_id, exc)
+
+    def _link(self, built: list[tuple[TaskDone, Any]]) -> set[str]:
+        """Link each task served wholly from the cache whose content is stored whole by another run;
+        the tasks linked (the rest are stored). A trace this run stored without its spans is completed."""
+        wanted = {done.question_id: trace for done, trace in built
+                  if served_from_cache(done) and trace.info.trace_id not in self.spans_only}
+        if not wanted:
+            return set()
+        if self._stored is None:
+            try:
+                self._stored = stored_contents(self.client, self.target)
+            except Exception as exc:  # noqa: BLE001 - the traces are stored instead
+                log.warning("MLflow: stored traces not searched (%s); storing each again", _first_line(exc))
+                self._stored = {}
+        found = {q: self._stored.get(t.info.tags[CONTENT]) for q, t in wanted.items()}
+        matches = [(q, s.trace_id) for q, s in found.items()
+                   if s is not None and s.assessments == len(wanted[q].info.assessments)]
+        linked: set[str] = set()
+        for i in range(0, len(matches), LINK_BATCH):
+            chunk = matches[i:i + LINK_BATCH]
+            try:
+                self._runs.link_traces_to_run([trace_id for _, trace_id in chunk], self.target.run_id)
+            except Exception as exc:  # noqa: BLE001 - stored instead
+                log.warning("MLflow: traces not linked to the run (%s); storing them", _first_line(exc))
+                continue
+            linked |= {q for q, _ in chunk}
+        self.linked |= linked
+        self.traced |= linked
+        return linked
 
     def _failed(self, question_id: str, exc: Exception) -> None:
         self.errors += 1
