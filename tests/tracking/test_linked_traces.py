@@ -171,3 +171,24 @@ def test_a_cut_off_rerun_resumed_neither_links_nor_stores_twice(first):
     resumed.close(60)
     assert resumed.linked == {"q2", "q3", "q4"}
     assert listed(uri, again) == stored and all_traces(uri, target) == 5
+
+
+class RefusingLinks:
+    """An MLflow client whose store refuses to link traces (a tracking server without the endpoint)."""
+
+    def link_traces_to_run(self, trace_ids: list[str], run_id: str) -> None:
+        raise RuntimeError("404 Not Found: /api/2.0/mlflow/traces/link-to-run")
+
+
+def test_a_store_that_refuses_the_link_gets_the_traces_stored(first, caplog):
+    uri, target, stored = first
+    again = rerun_of(uri, target)
+    exporter = TraceExporter(again, uri)
+    exporter.runs = RefusingLinks()
+    for i in range(5):
+        exporter.submit(task(f"q{i}", True))
+    exporter.close(60)
+    assert exporter.linked == set() and exporter.errors == 0
+    got = listed(uri, again)
+    assert sorted(got) == [f"q{i}" for i in range(5)] and not set(got.values()) & set(stored.values())
+    assert "traces not linked to the run (RuntimeError: 404 Not Found" in caplog.text

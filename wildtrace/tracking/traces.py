@@ -545,7 +545,7 @@ class TraceExporter:
         self.submitted: set[str] = set(skip)
         self.spans_only: set[str] = set()  # trace ids stored without their spans
         self.linked: set[str] = set()  # tasks whose trace, stored by an earlier run, was linked to this one
-        self._runs = client_for(tracking_uri)  # MlflowClient: links traces to the run
+        self.runs = client_for(tracking_uri)  # MlflowClient: links traces to the run
         self._stored: dict[str, Stored] | None = None  # stored_contents, searched at the first cached task
         self.errors = 0
         self._queue: queue.Queue[TaskDone | None] = queue.Queue()
@@ -637,7 +637,7 @@ class TraceExporter:
         for i in range(0, len(matches), LINK_BATCH):
             chunk = matches[i:i + LINK_BATCH]
             try:
-                self._runs.link_traces_to_run([trace_id for _, trace_id in chunk], self.target.run_id)
+                self.runs.link_traces_to_run([trace_id for _, trace_id in chunk], self.target.run_id)
             except Exception as exc:  # noqa: BLE001 - stored instead
                 log.warning("MLflow: traces not linked to the run (%s); storing them", _first_line(exc))
                 continue
