@@ -22,7 +22,7 @@ from servers.ratelimited import Limit
 from wildtrace.providers.base import EndpointSpec, Sampling
 from wildtrace.providers.registry import make_provider
 from wildtrace.runtime.net.endpoint import Endpoint
-from wildtrace.runtime.net.ratelimit import Cost, Window, estimate_tokens
+from wildtrace.runtime.net.ratelimit import AdaptiveLimit, Cost, Window, estimate_tokens
 from wildtrace.runtime.net.retry import RetryPolicy
 from wildtrace.runtime.store.shared_budget import (FOLDER, SETTLE, Figure, SharedBudget, State, decode, encode,
                                                  endpoint_id, learn, prune, reserve, rolled, throttled)
@@ -175,9 +175,10 @@ def test_two_holders_of_one_folder_see_each_others_sends(tmp_path):
     wall = Wall()
     a, b = SharedBudget(tmp_path, "e", wall), SharedBudget(tmp_path, "e", wall)  # two descriptors: two locks
     assert a.reserve(Cost(2000).against) == (0.0, T0) and not a.path.exists()  # nothing said: nothing written
-    a.learn(T0 - 1, {"tokens": Window(10_000, 3000, 6.0)})  # the figure for a send a second ago, said now
-    assert a.reserve(Cost(2000).against) == (0.0, T0)
-    wall.t += 1
+    a.learn(T0, {"tokens": Window(10_000, 3000, 6.0)})  # the figure for that send, said at once
+    wall.t += 0.5
+    assert a.reserve(Cost(2000).against) == (0.0, T0 + 0.5)
+    wall.t += 0.5
     assert b.reserve(Cost(2000).against) == (pytest.approx(5.0 + S6), T0 + 1)
     b.throttled(T0 + 1, 10.0)
     assert a.reserve(Cost(1).against)[0] == pytest.approx(10.0)
@@ -205,6 +206,60 @@ def test_a_folder_that_refuses_shares_nothing_and_says_so(tmp_path, caplog):
     shared.learn(T0, {"tokens": Window(10_000, 0, 6.0)})
     assert shared.reserve(Cost(1).against) == (0.0, T0)
     assert shared.refused is not None and "paces alone" in caplog.text
+
+
+class Clock:
+    """A monotonic clock and a wall clock in step, moving only when told (two jobs on one machine)."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def wall(self) -> float:
+        return T0 + self.t
+
+
+def sharing(clock: Clock, folder: Path) -> AdaptiveLimit:
+    """A job's limit of 8 slots on the fake clock, sharing the key's budget in ``folder``."""
+    limit = AdaptiveLimit(8, clock=clock, wall=clock.wall, probe=False)
+    limit.shared = SharedBudget(folder, "e", clock.wall)
+    return limit
+
+
+def send(limit: AdaptiveLimit, clock: Clock, status: int) -> None:
+    """One attempt of 1,000 tokens let through now and answered ``status`` at once; 10 ms pass."""
+    assert limit.delay_for(Cost(1000)) == 0.0
+    limit.release(asyncio.run(limit.acquire(Cost(1000))), status, {})
+    clock.t += 0.01
+
+
+def test_without_headers_a_job_that_got_a_small_share_learns_the_endpoints_rate(tmp_path):
+    """Two jobs, no rate headers: job A's nine sends and job B's one fill a window, B's second and
+    A's tenth are refused. When B's search is admitted (4 s after A's first send), a window lasts
+    from A's first send and holds what every job sent and was not refused (10,000 tokens, a tenth
+    below), and B paces at that rate, the shared budget keeping the jobs under it together. It took
+    its own share before (one send a window, 225 tokens a second), so with A done, B went on at a
+    tenth of the limit: two jobs at 60 s windows did not finish in 13 minutes."""
+    clock = Clock()
+    a, b = sharing(clock, tmp_path), sharing(clock, tmp_path)
+    for _ in range(9):
+        send(a, clock, 200)
+    tenth = asyncio.run(a.acquire(Cost(1000)))
+    send(b, clock, 200)
+    send(b, clock, 429)  # the first throttle: B searches
+    a.release(tenth, 429, {})  # A's sends so far are written down with its first step on the file
+    clock.t = 4.0
+    send(b, clock, 200)  # B's search admitted
+    window = 4.0
+    assert a.shared is not None and a.shared.read().held["input-tokens"] == pytest.approx(9000)
+    assert b.shared is not None and b.shared.read().held_s == pytest.approx(window)
+    assert b.delay_for(Cost(1000)) == 0.0  # it was held until B's two sends left the window
+    a.shared.close(), b.shared.close()
+    b.shared = None  # B's own spacing alone (the file would hold it for the window A filled)
+    asyncio.run(b.acquire(Cost(1000)))
+    assert b.delay_for(Cost(1000)) == pytest.approx(1000 / (9000 / window))
 
 
 KILLED = textwrap.dedent("""

@@ -33,7 +33,9 @@ when its status and headers arrive (a streamed answer's come first), and
   of it if nothing was), and each success raises it by a small share of an attempt, so a 429
   stays rare. Input tokens, output tokens (``max_tokens``, counted at arrival) and requests are
   each paced apart, as OpenAI and Anthropic count them differently. No time constant but the
-  first pause's floor: the scale comes from the endpoint.
+  first pause's floor: the scale comes from the endpoint. Jobs sharing a cache folder learn it
+  from every job's sends not refused (the shared budget), so a job that got a small share of the
+  first window paces at the endpoint's rate, not at that share, once the others are done.
 
 Attempts are served first come, first served, so a big prompt is never starved by small ones;
 one larger than a whole window goes alone once it is fresh. Header reading (``read_budget``,
@@ -363,6 +365,15 @@ class _Learned:
                 else:
                     self.rate[unit] *= 1 + LEARNED_RAMP
 
+    def adopt(self, held: Mapping[str, float], held_s: float) -> None:
+        """What every job on the key sent over a window, as the shared budget learned it: this job's
+        rate is the endpoint's (the shared budget keeps the jobs under it together), not its own share."""
+        if held_s <= 0 or not held:
+            return
+        for unit, total in held.items():
+            self.rate[unit] = total / held_s
+        self.window_s = held_s
+
     def wait(self, cost: Cost, now: float) -> float | None:
         """Seconds until ``cost`` may go by the learned rate (None: one attempt of a search is out)."""
         if self.probe is not None:
@@ -572,6 +583,8 @@ class AdaptiveLimit:
         new = grant.seq >= self._throttle_mark  # else let through before the last throttle was seen: the same burst
         if not self._budgets:
             self._learned.refused(grant, new)
+            if self.shared is not None:  # the provider did not count it
+                self.shared.uncount(grant.sent_at)
         if not new:
             return
         self.throttles += 1
@@ -583,10 +596,18 @@ class AdaptiveLimit:
         if hint is not None:
             self._paused_until = max(self._paused_until, now + min(hint, self._pause_max_s))
         if self.shared is not None:  # every job on the key pauses, and learns what a window holds
-            self.shared.throttled(grant.sent_at, max(0.0, self._paused_until - now),
-                                  0.0 if self._budgets else self._learned.window_s)
+            held = self.shared.throttled(grant.sent_at, max(0.0, self._paused_until - now),
+                                         0.0 if self._budgets else self._learned.window_s)
+            if not self._budgets and not self._learned.searching:
+                self._learned.adopt(*held)
 
     def _succeed(self, grant: Grant) -> None:
         if not self._budgets:
+            searching = self._learned.searching
             self._learned.succeeded(grant, self._throttle_mark)
+            if searching and not self._learned.searching and self.shared is not None:
+                # the window just learned (from the first send to this one): every job's sends not
+                # refused over it are what it holds
+                span = grant.at - (self._learned.started or grant.at)
+                self._learned.adopt(*self.shared.windowed(grant.sent_at, span))
         self._throttles_in_a_row = 0

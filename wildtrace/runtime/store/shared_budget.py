@@ -9,14 +9,16 @@ It holds:
 - the provider's latest figures of each window: what was left, as of which send, and when the
   window is whole again; each window's length, as learned (the longest reset reported);
 - a pause no job sends before: the throttle any job met;
-- where no header states a budget, what a window holds as the 429s taught it: at each throttle
-  after the first (the first only teaches a job how long a window lasts), every job's sends over
-  the window before the refused one, a tenth below; no window's time then holds more sends of
-  all jobs, and each send raises it by a fiftieth of itself, so a 429 stays rare.
+- where no header states a budget, what a window holds as the 429s taught it: once a job has
+  learned how long a window lasts (the first success after the first throttle), and at each
+  throttle after, every job's sends over the window before the refused one, a tenth below; no
+  window's time then holds more sends of all jobs, and each send raises it by a fiftieth of
+  itself, so a 429 stays rare. A refused send is struck off (the provider did not count it).
 
-The file is made when a job first hears of a budget or meets a throttle, and every send is written
-down from then on; until then nothing is written (an endpoint that never says either shares
-nothing, and costs one read a send).
+The file is made when a job first hears of a budget or meets a throttle; until then nothing is
+written (an endpoint that never says either shares nothing, and costs one read a send), and each
+job keeps its own sends (the last ``BLIND_KEPT``), written down with its first step on the file:
+what the jobs sent before the first 429 is what a window holds. Every send is written down after.
 
 A job sends (``reserve``) only when what a figure says is left, less what every job sent after the
 send it answers, covers it; the send is written down in the same step, so two jobs never spend the
@@ -53,8 +55,10 @@ log = logging.getLogger(__name__)
 STATE_VERSION = 1
 #: The windows a send is counted against (``ratelimit.read_budget``'s names), in the order a send stores them.
 WINDOWS = ("tokens", "requests", "input-tokens", "output-tokens")
-#: Sends kept at most (a few windows' worth at any real limit).
+#: Sends kept at most (a few windows' worth at any real limit) …
 SENDS_KEPT = 8192
+#: A job's own sends kept while nothing was said (written down when something is).
+BLIND_KEPT = 512
 #: A window is taken as whole again this share of a window after the reset it reported: a reset is
 #: stated to the millisecond (or the second), and a send takes time to arrive.
 SETTLE = 1 / 64
@@ -190,6 +194,24 @@ def throttled(state: State, sent_at: float, pause_s: float, window_s: float, now
     state.held_s = window_s if state.held else state.held_s
 
 
+def windowed(state: State, sent_at: float, span_s: float, now: float) -> None:
+    """A job's first success after the first throttle, sent at ``sent_at``, ``span_s`` after its
+    first send: unless a job learned it first, a window lasts from the first send of any job (other
+    jobs may have started before, up to a span earlier) to it, and holds their sends not refused
+    over it, a margin below."""
+    first = min((send[0] for send in state.sends if sent_at - 2 * span_s <= send[0] < sent_at), default=None)
+    if not state.held and first is not None:
+        throttled(state, sent_at, 0.0, sent_at - first, now)
+
+
+def uncount(state: State, sent_at: float) -> None:
+    """A send the provider refused (a 429): it is not in what a window held."""
+    for index, send in enumerate(state.sends):
+        if send[0] == sent_at:
+            del state.sends[index]
+            return
+
+
 def learn(state: State, sent_at: float, windows: Mapping[str, Reported], now: float) -> None:
     """A response's figures, as of the send it answers (kept in the order of their sends, the latest few)."""
     for name, window in windows.items():
@@ -253,6 +275,7 @@ class SharedBudget:
         self._lock_path = directory / f"{name}.lock"
         self._wall = wall
         self._fd: int | None = None
+        self._unwritten: list[list[float]] = []  #: this job's sends while nothing was said, oldest first
         self.refused: str | None = None  #: why the folder or its lock was refused (then nothing is shared)
 
     @classmethod
@@ -263,9 +286,13 @@ class SharedBudget:
     def reserve(self, against: Callable[[str], int]) -> tuple[float, float]:
         """(seconds to wait, 0.0 when the send is written down now; the wall time it was written at)."""
         now = self._wall()
-        if self.refused is not None or self._nothing_said(now):
-            return 0.0, now  # no job has heard of a budget or met a throttle: nothing to share yet
+        if self.refused is not None:
+            return 0.0, now
         units = {name: against(name) for name in WINDOWS}
+        if self._nothing_said():  # no job has heard of a budget or met a throttle: kept here until one does
+            self._unwritten.append([now, *(float(units[name]) for name in WINDOWS)])
+            del self._unwritten[:-BLIND_KEPT]
+            return 0.0, now
         with self._locked() as state:
             if state is None:
                 return 0.0, now
@@ -279,18 +306,38 @@ class SharedBudget:
             if state is not None:
                 learn(state, sent_at, windows, self._wall())
 
-    def throttled(self, sent_at: float, pause_s: float, window_s: float = 0.0) -> None:
+    def throttled(self, sent_at: float, pause_s: float, window_s: float = 0.0) -> tuple[dict[str, float], float]:
         """A new throttle met by the send made at ``sent_at``: every job pauses for ``pause_s``; with
-        no budget header, ``window_s`` is how long a window lasts, as the job learned it (0: unknown)."""
+        no budget header, ``window_s`` is how long a window lasts, as the job learned it (0: unknown).
+        What a window of every job's sends holds now, and how long it is (empty, 0.0: not learned)."""
         with self._locked() as state:
-            if state is not None:
-                throttled(state, sent_at, pause_s, window_s, self._wall())
+            if state is None:
+                return {}, 0.0
+            throttled(state, sent_at, pause_s, window_s, self._wall())
+            return dict(state.held), state.held_s
+        return {}, 0.0  # the write was refused: this job paces alone
 
-    def _nothing_said(self, now: float) -> bool:
+    def _nothing_said(self) -> bool:
         """Whether the file holds no figure and no throttle was ever met (read without the lock: it is
         replaced whole). Once one was, every send is written down: the next throttle measures them."""
         state = self.read()
         return not state.figures and not state.held and state.paused_until == 0.0
+
+    def windowed(self, sent_at: float, span_s: float) -> tuple[dict[str, float], float]:
+        """A job's first success after the first throttle, sent at ``sent_at``, ``span_s`` after its first
+        send: what a window of every job's sends holds, and how long it is (``throttled``)."""
+        with self._locked() as state:
+            if state is None:
+                return {}, 0.0
+            windowed(state, sent_at, span_s, self._wall())
+            return dict(state.held), state.held_s
+        return {}, 0.0
+
+    def uncount(self, sent_at: float) -> None:
+        """The send made at ``sent_at`` was refused: it is not in what a window held."""
+        with self._locked() as state:
+            if state is not None:
+                uncount(state, sent_at)
 
     def read(self) -> State:
         """The state as the file holds it now (for tests and the curious)."""
@@ -308,6 +355,9 @@ class SharedBudget:
             return
         try:
             state = self.read()
+            if self._unwritten:  # this job's sends from before anything was said
+                state.sends = sorted(state.sends + self._unwritten)
+                self._unwritten = []
             yield state
             prune(state, self._wall())
             self._write(encode(state))
