@@ -64,8 +64,11 @@ BLIND_KEPT = 512
 SETTLE = 1 / 64
 #: What a window holds, learned from 429s alone, is set this share below what the jobs sent …
 LEARNED_MARGIN = 0.9
-#: … and grows by this share of each send.
+#: … and grows by this share of each send …
 LEARNED_GROWTH = 0.02
+#: … once a throttle has followed the window's learning; before, by this share of itself a send
+#: (the search that learned the window may have overshot it).
+LEARNED_RAMP = 0.1
 #: The latest figures of a window kept (the least room they leave is taken).
 FIGURES_KEPT = 8
 #: The folder under the cache that holds the state files.
@@ -105,6 +108,7 @@ class State:
     sends: list[list[float]] = field(default_factory=list)  #: [wall time, units in each of WINDOWS], oldest first
     held: dict[str, float] = field(default_factory=dict)  #: what a window holds, by unit, learned from 429s …
     held_s: float = 0.0  #: … in a window this long
+    ramping: bool = False  #: no throttle since it was learned: it grows by a share of itself
 
 
 def endpoint_id(base_url: str, route: str, key_env: str | None) -> str:
@@ -158,7 +162,10 @@ def reserve(state: State, units: Mapping[str, int], now: float) -> float:
     wait = max(waits)
     if wait <= 0.0:
         for name in state.held:
-            state.held[name] += LEARNED_GROWTH * units.get(name, 0)
+            if state.ramping:
+                state.held[name] *= 1 + LEARNED_RAMP
+            else:
+                state.held[name] += LEARNED_GROWTH * units.get(name, 0)
         state.sends.append([now, *(float(units.get(name, 0)) for name in WINDOWS)])
         return 0.0
     return wait
@@ -186,6 +193,7 @@ def throttled(state: State, sent_at: float, pause_s: float, window_s: float, now
     state.paused_until = max(state.paused_until, now + pause_s)
     if window_s <= 0:
         return
+    state.ramping = False
     before = [send for send in state.sends if sent_at - window_s <= send[0] < sent_at]
     for name in ("input-tokens", "output-tokens", "requests"):
         total = sum(send[1 + WINDOWS.index(name)] for send in before)
@@ -202,6 +210,7 @@ def windowed(state: State, sent_at: float, span_s: float, now: float) -> None:
     first = min((send[0] for send in state.sends if sent_at - 2 * span_s <= send[0] < sent_at), default=None)
     if not state.held and first is not None:
         throttled(state, sent_at, 0.0, sent_at - first, now)
+        state.ramping = bool(state.held)
 
 
 def uncount(state: State, sent_at: float) -> None:
@@ -247,7 +256,7 @@ def encode(state: State) -> str:
     return json.dumps({"v": STATE_VERSION, "paused_until": state.paused_until, "window_s": state.window_s,
                        "figures": {n: [[f.remaining, f.sent_at, f.limit, f.reset_at] for f in figures]
                                    for n, figures in state.figures.items()},
-                       "sends": state.sends, "held": state.held, "held_s": state.held_s}, separators=(",", ":"))
+                       "sends": state.sends, "held": state.held, "held_s": state.held_s, "ramping": state.ramping}, separators=(",", ":"))
 
 
 def decode(text: str) -> State:
@@ -262,7 +271,8 @@ def decode(text: str) -> State:
         window_s = {str(n): float(w) for n, w in data["window_s"].items()}
         sends = [[float(x) for x in send] for send in data["sends"] if len(send) == 1 + len(WINDOWS)]
         held = {str(n): float(c) for n, c in data.get("held", {}).items() if n in WINDOWS}
-        return State(figures, window_s, float(data["paused_until"]), sends, held, float(data.get("held_s", 0.0)))
+        return State(figures, window_s, float(data["paused_until"]), sends, held, float(data.get("held_s", 0.0)),
+                     data.get("ramping") is True)
     except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
         return State()
 
