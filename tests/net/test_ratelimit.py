@@ -14,6 +14,7 @@ import pytest
 
 from conftest import endpoint_spec
 from servers.loopback import Call, LoopbackServer, Reply, chat
+from servers.ratelimited import Limit
 
 from wildtrace.runtime.net.ratelimit import (AdaptiveLimit, Cost, Grant, Window, estimate_tokens, parse_go_duration,
                                           read_budget)
@@ -292,12 +293,12 @@ def test_a_learned_limit_counts_input_output_and_requests_apart():
 @pytest.mark.parametrize(("answer", "at", "then"), [
     # the first answer's head with budget headers: the rest are paced by them (the window is spent)
     ((200, openai_headers(0, "10s", limit_tokens=10_000)), "head", [10.0, 10.0, 10.0]),
-    # a head without budget headers ends the wait all the same: full concurrency at once
-    ((200, {}), "head", [0.0, 0.0, 0.0]),
-    # an error's head is read with its body: the wait ends at its end, paused for its hint
+    # a head without budget headers lets the next one go, which waits in turn for its own
+    ((200, {}), "head", [0.0, 0.25, 0.25]),
+    # an error's head is read with its body: the wait ends at its end; a 429 ends the slow start
     ((429, {"retry-after": "2"}), "end", [2.0, 2.0, 2.0]),
-    ((500, {}), "end", [0.0, 0.0, 0.0]),
-    ((None, {}), "end", [0.0, 0.0, 0.0]),  # no answer at all (a transport error)
+    ((500, {}), "end", [0.0, 0.25, 0.25]),
+    ((None, {}), "end", [0.0, 0.25, 0.25]),  # no answer at all (a transport error)
 ])
 def test_the_first_attempt_goes_alone_until_its_answer_arrives(answer, at, then):
     limit, clock = limiter(8, probe=True, probe_s=0.25)
@@ -317,6 +318,24 @@ def test_the_first_attempt_goes_alone_until_its_answer_arrives(answer, at, then)
         if wait == 0.0:
             take(limit, 1000)
     assert waits == [pytest.approx(w) for w in then]
+
+
+def test_without_headers_each_send_waits_for_the_last_ones_admission_until_a_429():
+    """Nothing says the limit: each attempt goes once the last one's head is in (admitted), so
+    the first 429 comes one request past what a window holds (five here) and ends the slow start:
+    the search follows, one attempt at a time, after its pause."""
+    limit, clock = limiter(8, probe=True, probe_s=1.0)
+    for _ in range(5):
+        grant = take(limit, 1000)
+        clock.advance(0.01)
+        assert limit.delay_for(Cost(1000)) == pytest.approx(0.99)  # its head not in yet
+        limit.observe(grant, 200, {})  # admitted: its body still streams
+    limit.release(take(limit, 1000), 429, {})
+    assert (limit.throttled, limit.throttles, limit.in_flight) == (1, 1, 5)
+    assert limit.delay_for(Cost(1000)) == pytest.approx(0.5)  # the search's first pause
+    clock.advance(0.5)
+    take(limit, 1000)
+    assert limit.delay_for(Cost(1000)) is None  # one attempt of the search at a time
 
 
 def test_the_first_answer_is_waited_for_a_bounded_time_only():
@@ -637,3 +656,29 @@ def test_without_headers_every_task_is_answered_and_a_burst_counts_once():
     results, endpoint, budget = run_storm("none")
     assert [r.ok for r in results] == [True] * 40 and budget.accepted == 40
     assert endpoint.limit.throttled == budget.rejected > endpoint.limit.throttles
+
+
+@pytest.mark.slow
+def test_without_headers_the_first_429_comes_one_request_past_the_window():
+    """A streamed endpoint that sends no rate headers admits 5 prompts a 1 s window; 8 calls at a
+    concurrency of 8. Each send waits for the last one's head, so one request meets the spent
+    window where a burst of 7 sent blind met it three times; the search's first attempt, half a
+    second on, may meet it once more. Every call is answered."""
+    per_prompt = estimate_tokens(3300 + 2, False)
+    budget = Limit(5 * per_prompt, 1.0, False, "none", 0.2)
+    prompts = [f"{i} " + "w" * 3300 for i in range(8)]
+
+    async def run(url: str) -> list[CallResult]:
+        provider = make_provider(endpoint_spec(base_url=f"{url}/v1", max_concurrency=8, stream=True))
+        endpoint = Endpoint(provider, "sk-test", POLICY)
+        try:
+            return list(await asyncio.gather(*(
+                endpoint.call(provider.build_request(p, Sampling(0.0, 10)), 0, Cost(estimate_tokens(len(p), False)))
+                for p in prompts)))
+        finally:
+            await endpoint.aclose()
+
+    with LoopbackServer(budget) as server:
+        results = asyncio.run(asyncio.wait_for(run(server.url), timeout=60))
+    assert [r.ok for r in results] == [True] * 8 and budget.admitted == 8
+    assert budget.rejected <= 2

@@ -15,13 +15,14 @@ when its status and headers arrive (a streamed answer's come first), and
   latest figure less what this limiter sent since, so several jobs on one key pace on the
   provider's count. The concurrency stays ``max_concurrency``: pacing, not fewer slots, keeps
   the sends under the limit.
-- **The first answer is waited for, briefly.** Until a streamed endpoint's first answer arrives
-  (its status and headers come at its first byte, before its body), one attempt goes alone: what
-  the headers say paces the rest, instead of a first burst of ``max_concurrency`` sent blind. The
-  wait ends with that first answer's head (or its end, if it fails before one), headers or not,
-  and after ``PROBE_S`` at most, so an endpoint that sends no early head (a plain answer's headers
-  come with its whole body) costs a run without a rate limit a second at most, not one
-  latency. Plain (non-streamed) and in-process endpoints are not probed.
+- **Until something says the limit, the sends are clocked by their admissions** (a slow start).
+  A streamed answer's status and headers come at its first byte, before its body: until budget
+  headers or a 429 arrive, an attempt goes once the last one's head is in, so the first 429 comes
+  after exactly what a window holds, one request over, instead of a burst of ``max_concurrency``
+  sent blind; budget headers in the first head pace the rest at once. A head that does not come
+  within ``PROBE_S`` of its send (a plain answer's headers come with its whole body) ends it, so it
+  costs a run without a rate limit one head's time a slot at its start, and a second at most once.
+  Plain (non-streamed) and in-process endpoints are not clocked.
 - **A burst of 429s is one throttle.** Attempts sent before a throttle was seen answer 429 together;
   only a 429 for an attempt sent after it is a new throttle. A throttle pauses the endpoint for the
   server's hint, else for the budget's reset.
@@ -73,11 +74,11 @@ _GO_UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0
 _MAX_RESET_S = 86_400.0
 #: Attempts remembered for taking a late figure's count forward (far more than are ever in flight).
 SENT_KEPT = 4096
-#: The longest the first attempt goes alone waiting for its answer's head (``AdaptiveLimit(probe=True)``),
-#: counted from when it is let through, so it covers opening the connection too: a streamed head
-#: comes within a connection's set-up and a first byte; a provider slower than this to start
-#: answering gets its first burst sent blind, and its 429s (with their headers) pace the rest.
-#: A run without a rate limit pays it once (0.3 % of 31 waves of 10 s calls).
+#: The longest an attempt of the slow start waits for the last one's head (``AdaptiveLimit(probe=True)``),
+#: counted from when that one was let through, so it covers opening the connection too: a streamed
+#: head comes within a connection's set-up and a first byte; a provider slower than this to start
+#: answering gets the rest sent blind, and its 429s (with their headers) pace them.
+#: A run without a rate limit pays it once at most (0.3 % of 31 waves of 10 s calls).
 PROBE_S = 1.0
 #: However much other jobs take, a job's sends are spread at no less than this share of a window's rate.
 MIN_SHARE = 1 / 16
@@ -273,7 +274,7 @@ LEARNED_GROWTH = 0.02
 #: pause may have been up to ``SEARCH_GROWTH`` times too long, and the window with it).
 LEARNED_RAMP = 0.1
 #: The search's pause grows this many times with each attempt refused.
-SEARCH_GROWTH = 3
+SEARCH_GROWTH = 2
 
 
 class _Learned:
@@ -412,7 +413,8 @@ class AdaptiveLimit:
     ) -> None:
         """``clock`` schedules (monotonic); ``wall`` reads absolute reset times (epoch seconds).
         ``pause_base_s`` is the first pause after a throttle that says nothing of when to come back;
-        ``probe``: the first attempt goes alone until its answer's head arrives, for ``probe_s`` at most."""
+        ``probe``: until budget headers or a 429 say the limit, an attempt goes once the last one's head
+        arrived, or ``probe_s`` after it went (then the slow start is over)."""
         if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int) or max_concurrency < 1:
             raise ValueError(f"max_concurrency must be an integer >= 1, got {max_concurrency!r}")
         self.max_concurrency = max_concurrency
@@ -423,9 +425,9 @@ class AdaptiveLimit:
         self._throttle_mark = 0  # grants from here on were let through after the last throttle was seen
         self._throttles_in_a_row = 0
         self._paused_until = -math.inf
-        self._probing = probe  # no answer seen yet: one attempt at a time …
-        self._probe_s = probe_s
-        self._probe_until = math.inf  # … until this (set when the first attempt goes)
+        self._slow = probe  # nothing said the limit yet: an attempt goes once the last one's admission is known …
+        self._probe_s = probe_s  # … or this long after it went
+        self._last: Grant | None = None  # the last attempt let through in the slow start
         self._budgets: dict[str, _Budget] = {}
         self._learned = _Learned(max_concurrency)  # what 429s teach where no header states a budget
         #: Attempts let through since the oldest figure in use (the first figure may answer any of them).
@@ -459,10 +461,10 @@ class AdaptiveLimit:
             return self._paused_until - now
         if self._in_flight >= self.max_concurrency:
             return None
-        if self._probing and self._in_flight > 0:
-            if now < self._probe_until:
-                return self._probe_until - now
-            self._probing = False  # no head in time: the others go blind
+        if self._slow and self._last is not None and not self._last.observed:
+            if now < self._last.at + self._probe_s:
+                return self._last.at + self._probe_s - now
+            self._slow = False  # no head in time: the others go blind
         waits = [0.0]
         for name, budget in self._budgets.items():
             need = cost.against(name)
@@ -492,8 +494,8 @@ class AdaptiveLimit:
         self._seq += 1
         if not self._budgets:
             self._learned.sent(grant)
-        if self._probing:
-            self._probe_until = min(self._probe_until, now + self._probe_s)
+        if self._slow:
+            self._last = grant
         for name, budget in self._budgets.items():
             budget.spread(cost.against(name), now)
         self._sent.append(grant)
@@ -537,7 +539,6 @@ class AdaptiveLimit:
         is learned at ``release``, its body read."""
         if 200 <= status < 300 and not grant.observed:
             grant.observed = True
-            self._probing = False
             self._absorb(grant, read_budget(headers, self._wall()), self._clock())
             self._succeed(grant)
             self._wake()
@@ -546,7 +547,6 @@ class AdaptiveLimit:
         """After each attempt, any outcome: learn from the status, budget headers and retry hint."""
         now = self._clock()
         self._in_flight = max(0, self._in_flight - 1)
-        self._probing = False
         if not grant.observed:
             self._absorb(grant, read_budget(headers, self._wall()), now)
         if status in (429, 529):
@@ -560,6 +560,8 @@ class AdaptiveLimit:
         """The provider's figures, as of the attempt they answer: what was sent after it is taken off."""
         if self.shared is not None:
             self.shared.learn(grant.sent_at, windows)
+        if windows:  # the provider's figures pace the sends from here on
+            self._slow = False
         for name, window in windows.items():
             budget = self._budgets.setdefault(name, _Budget())
             budget.limit = window.limit if window.limit is not None else budget.limit
@@ -580,6 +582,7 @@ class AdaptiveLimit:
 
     def _throttle(self, grant: Grant, now: float, hint: float | None) -> None:
         self.throttled += 1
+        self._slow = False  # what was admitted before says what a window holds
         new = grant.seq >= self._throttle_mark  # else let through before the last throttle was seen: the same burst
         if not self._budgets:
             self._learned.refused(grant, new)
