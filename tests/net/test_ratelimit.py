@@ -161,8 +161,8 @@ def test_a_burst_of_429s_is_one_throttle_and_the_concurrency_stays():
     assert limit.delay_for(Cost(1)) == pytest.approx(0.5)
     clock.advance(0.5)
     later = take(limit, 1)
-    limit.release(later, 429, {})  # sent after the throttle was seen: a new one, the pause triples
-    assert (limit.throttles, limit.limit, limit.delay_for(Cost(1))) == (2, 8, pytest.approx(1.5))
+    limit.release(later, 429, {})  # sent after the throttle was seen: a new one, the pause doubles
+    assert (limit.throttles, limit.limit, limit.delay_for(Cost(1))) == (2, 8, pytest.approx(1.0))
 
 
 # --------------------------------------------------------------------------------------
@@ -194,14 +194,14 @@ def test_without_headers_the_first_throttle_searches_and_learns_the_rate():
     assert limit.delay_for(Cost(100)) == pytest.approx(1 / 1.8)  # and 1.8 requests a second
 
 
-def test_a_search_probe_refused_triples_the_pause():
+def test_a_search_probe_refused_doubles_the_pause():
     limit, clock = limiter(8, pause_base_s=0.5)
     admit(limit, 1000, 4)
     clock.advance(1.0)
     limit.release(take(limit, 1000), 429, {})
     clock.advance(1.0)
     limit.release(take(limit, 1000), 429, {})  # the first probe: still refused
-    assert limit.delay_for(Cost(1000)) == pytest.approx(3.0)
+    assert limit.delay_for(Cost(1000)) == pytest.approx(2.0)
 
 
 def test_a_first_429_late_in_a_run_pauses_for_its_last_wave_not_the_run():
@@ -652,10 +652,11 @@ def test_a_429_storm_is_paced_and_concurrency_recovers(dialect):
 
 
 @pytest.mark.slow
-def test_without_headers_every_task_is_answered_and_a_burst_counts_once():
+def test_without_headers_every_task_is_answered_and_every_429_is_counted():
     results, endpoint, budget = run_storm("none")
     assert [r.ok for r in results] == [True] * 40 and budget.accepted == 40
-    assert endpoint.limit.throttled == budget.rejected > endpoint.limit.throttles
+    # each send waits for the last one's answer until the first 429: no burst meets the spent window
+    assert endpoint.limit.throttled == budget.rejected >= endpoint.limit.throttles
 
 
 @pytest.mark.slow

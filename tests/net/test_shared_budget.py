@@ -25,7 +25,8 @@ from wildtrace.runtime.net.endpoint import Endpoint
 from wildtrace.runtime.net.ratelimit import AdaptiveLimit, Cost, Window, estimate_tokens
 from wildtrace.runtime.net.retry import RetryPolicy
 from wildtrace.runtime.store.shared_budget import (FOLDER, SETTLE, Figure, SharedBudget, State, decode, encode,
-                                                 endpoint_id, learn, prune, reserve, rolled, throttled)
+                                                 endpoint_id, learn, prune, reserve, rolled, throttled,
+                                                 windowed)
 from wildtrace.runtime.store.cache import Cache
 
 T0 = 1_764_000_000.0  # a wall time
@@ -117,6 +118,24 @@ def test_without_headers_what_a_window_holds_is_learned_from_every_jobs_sends():
     assert reserve(state, tokens(1000), T0 + 0.6) == pytest.approx(0.4)  # 3 in the window: until T0 - 1.0 leaves it
     assert reserve(state, tokens(1000), T0 + 1.5) == 0.0  # one left in the window
     assert state.held["input-tokens"] == pytest.approx(3600 + 20)
+    assert decode(encode(state)) == state
+
+
+def test_what_a_window_holds_grows_by_a_share_of_itself_until_a_throttle_follows_its_learning():
+    """A job's first success after the first throttle, 2 s after the first send: every job's 4
+    sends not refused are what a window of 2 s holds (a tenth below), and each send grows it by a
+    tenth of itself (the search may have made the window look twice as long) until a throttle
+    measures it again; from then on by a fiftieth of each send."""
+    state = State()
+    for t in (T0, T0 + 0.5, T0 + 1.0, T0 + 1.5):
+        state.sends.append([t, 1000, 1, 1000, 0])
+    windowed(state, T0 + 2.0, 2.0, T0 + 2.0)
+    assert (state.held["input-tokens"], state.held_s, state.ramping) == (pytest.approx(3600), 2.0, True)
+    assert reserve(state, tokens(1000), T0 + 4.0) == 0.0
+    assert state.held["input-tokens"] == pytest.approx(3960)
+    throttled(state, T0 + 4.5, 0.5, 2.0, T0 + 4.5)  # one send in the 2 s before: 900
+    assert reserve(state, tokens(1000), T0 + 7.0) == 0.0
+    assert (state.held["input-tokens"], state.ramping) == (pytest.approx(900 + 20), False)
     assert decode(encode(state)) == state
 
 

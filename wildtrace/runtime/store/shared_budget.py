@@ -256,7 +256,8 @@ def encode(state: State) -> str:
     return json.dumps({"v": STATE_VERSION, "paused_until": state.paused_until, "window_s": state.window_s,
                        "figures": {n: [[f.remaining, f.sent_at, f.limit, f.reset_at] for f in figures]
                                    for n, figures in state.figures.items()},
-                       "sends": state.sends, "held": state.held, "held_s": state.held_s, "ramping": state.ramping}, separators=(",", ":"))
+                       "sends": state.sends, "held": state.held, "held_s": state.held_s,
+                       "ramping": state.ramping}, separators=(",", ":"))
 
 
 def decode(text: str) -> State:
