@@ -467,7 +467,8 @@ def test_concurrency_bound_is_respected_and_reached():
         return httpx.Response(200, json=ok_body())
 
     async def run():
-        p = make_provider(spec(max_concurrency=3))
+        # plain: a streamed endpoint's first sends are clocked by their heads for a second at most
+        p = make_provider(spec(max_concurrency=3, stream=False))
         ep = Endpoint(p, SECRET, FAST, transport=httpx.MockTransport(handler))
         try:
             return await asyncio.gather(*(ep.call(p.build_request(f"{PROMPT} #{i}", SAMPLING)) for i in range(12)))

@@ -293,12 +293,13 @@ def test_a_learned_limit_counts_input_output_and_requests_apart():
 @pytest.mark.parametrize(("answer", "at", "then"), [
     # the first answer's head with budget headers: the rest are paced by them (the window is spent)
     ((200, openai_headers(0, "10s", limit_tokens=10_000)), "head", [10.0, 10.0, 10.0]),
-    # a head without budget headers lets the next one go, which waits in turn for its own
-    ((200, {}), "head", [0.0, 0.25, 0.25]),
+    # a head without budget headers lets the next one go; the one after waits for its head, while
+    # the slow start lasts (0.25 s from the first send)
+    ((200, {}), "head", [0.0, 0.15, 0.15]),
     # an error's head is read with its body: the wait ends at its end; a 429 ends the slow start
     ((429, {"retry-after": "2"}), "end", [2.0, 2.0, 2.0]),
-    ((500, {}), "end", [0.0, 0.25, 0.25]),
-    ((None, {}), "end", [0.0, 0.25, 0.25]),  # no answer at all (a transport error)
+    ((500, {}), "end", [0.0, 0.15, 0.15]),
+    ((None, {}), "end", [0.0, 0.15, 0.15]),  # no answer at all (a transport error)
 ])
 def test_the_first_attempt_goes_alone_until_its_answer_arrives(answer, at, then):
     limit, clock = limiter(8, probe=True, probe_s=0.25)
@@ -325,10 +326,10 @@ def test_without_headers_each_send_waits_for_the_last_ones_admission_until_a_429
     the first 429 comes one request past what a window holds (five here) and ends the slow start:
     the search follows, one attempt at a time, after its pause."""
     limit, clock = limiter(8, probe=True, probe_s=1.0)
-    for _ in range(5):
+    for sent in range(1, 6):
         grant = take(limit, 1000)
         clock.advance(0.01)
-        assert limit.delay_for(Cost(1000)) == pytest.approx(0.99)  # its head not in yet
+        assert limit.delay_for(Cost(1000)) == pytest.approx(1.0 - 0.01 * sent)  # its head not in yet
         limit.observe(grant, 200, {})  # admitted: its body still streams
     limit.release(take(limit, 1000), 429, {})
     assert (limit.throttled, limit.throttles, limit.in_flight) == (1, 1, 5)

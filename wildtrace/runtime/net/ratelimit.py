@@ -19,10 +19,10 @@ when its status and headers arrive (a streamed answer's come first), and
   A streamed answer's status and headers come at its first byte, before its body: until budget
   headers or a 429 arrive, an attempt goes once the last one's head is in, so the first 429 comes
   after exactly what a window holds, one request over, instead of a burst of ``max_concurrency``
-  sent blind; budget headers in the first head pace the rest at once. A head that does not come
-  within ``PROBE_S`` of its send (a plain answer's headers come with its whole body) ends it, so it
-  costs a run without a rate limit one head's time a slot at its start, and a second at most once.
-  Plain (non-streamed) and in-process endpoints are not clocked.
+  sent blind; budget headers in the first head pace the rest at once. It lasts ``PROBE_S`` from
+  the first send at most (a plain answer's headers come with its whole body; a slow head ends it),
+  so it costs a run without a rate limit a second at most, once. Plain (non-streamed) and
+  in-process endpoints are not clocked.
 - **A burst of 429s is one throttle.** Attempts sent before a throttle was seen answer 429 together;
   only a 429 for an attempt sent after it is a new throttle. A throttle pauses the endpoint for the
   server's hint, else for the budget's reset.
@@ -74,10 +74,10 @@ _GO_UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0
 _MAX_RESET_S = 86_400.0
 #: Attempts remembered for taking a late figure's count forward (far more than are ever in flight).
 SENT_KEPT = 4096
-#: The longest an attempt of the slow start waits for the last one's head (``AdaptiveLimit(probe=True)``),
-#: counted from when that one was let through, so it covers opening the connection too: a streamed
-#: head comes within a connection's set-up and a first byte; a provider slower than this to start
-#: answering gets the rest sent blind, and its 429s (with their headers) pace them.
+#: The longest the slow start lasts (``AdaptiveLimit(probe=True)``), counted from when the first
+#: attempt was let through, so it covers opening the connection too: a streamed head comes within
+#: a connection's set-up and a first byte; a provider slower than this to start answering gets the
+#: rest sent blind, and its 429s (with their headers) pace them.
 #: A run without a rate limit pays it once at most (0.3 % of 31 waves of 10 s calls).
 PROBE_S = 1.0
 #: However much other jobs take, a job's sends are spread at no less than this share of a window's rate.
@@ -414,7 +414,7 @@ class AdaptiveLimit:
         """``clock`` schedules (monotonic); ``wall`` reads absolute reset times (epoch seconds).
         ``pause_base_s`` is the first pause after a throttle that says nothing of when to come back;
         ``probe``: until budget headers or a 429 say the limit, an attempt goes once the last one's head
-        arrived, or ``probe_s`` after it went (then the slow start is over)."""
+        arrived, for ``probe_s`` from the first attempt at most (then the slow start is over)."""
         if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int) or max_concurrency < 1:
             raise ValueError(f"max_concurrency must be an integer >= 1, got {max_concurrency!r}")
         self.max_concurrency = max_concurrency
@@ -426,7 +426,8 @@ class AdaptiveLimit:
         self._throttles_in_a_row = 0
         self._paused_until = -math.inf
         self._slow = probe  # nothing said the limit yet: an attempt goes once the last one's admission is known …
-        self._probe_s = probe_s  # … or this long after it went
+        self._probe_s = probe_s
+        self._slow_until = math.inf  # … until this (``probe_s`` after the first attempt went)
         self._last: Grant | None = None  # the last attempt let through in the slow start
         self._budgets: dict[str, _Budget] = {}
         self._learned = _Learned(max_concurrency)  # what 429s teach where no header states a budget
@@ -462,9 +463,9 @@ class AdaptiveLimit:
         if self._in_flight >= self.max_concurrency:
             return None
         if self._slow and self._last is not None and not self._last.observed:
-            if now < self._last.at + self._probe_s:
-                return self._last.at + self._probe_s - now
-            self._slow = False  # no head in time: the others go blind
+            if now < self._slow_until:
+                return self._slow_until - now
+            self._slow = False  # it lasted its time: the others go blind
         waits = [0.0]
         for name, budget in self._budgets.items():
             need = cost.against(name)
@@ -496,6 +497,7 @@ class AdaptiveLimit:
             self._learned.sent(grant)
         if self._slow:
             self._last = grant
+            self._slow_until = min(self._slow_until, now + self._probe_s)
         for name, budget in self._budgets.items():
             budget.spread(cost.against(name), now)
         self._sent.append(grant)
