@@ -55,12 +55,10 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from wildtrace.core.caps import tokens_of
 from wildtrace.runtime.net.retry import lower_headers, retry_hint
 from wildtrace.runtime.store.shared_budget import SharedBudget
 
-#: The spec's rough sizes: ~3.3 characters a token in English, ~1.5 in Chinese.
-CHARS_PER_TOKEN_EN = 3.3
-CHARS_PER_TOKEN_CJK = 1.5
 
 #: The windows read from the headers. OpenAI's ``tokens`` counts a request's prompt and its
 #: ``max_tokens``; Anthropic limits ``input-tokens`` and ``output-tokens`` separately (its output
@@ -85,9 +83,9 @@ MIN_SHARE = 1 / 16
 
 
 def estimate_tokens(prompt_chars: int, cjk: bool) -> int:
-    """Tokens a prompt of ``prompt_chars`` characters costs, by the spec's rough sizes."""
-    per_token = CHARS_PER_TOKEN_CJK if cjk else CHARS_PER_TOKEN_EN
-    return max(1, math.ceil(max(0, prompt_chars) / per_token))
+    """Tokens a prompt of ``prompt_chars`` characters counts against a rate limit: the spec's ratios
+    (``core.caps.tokens_of``, as the cost estimate's high end counts them), one at least."""
+    return max(1, tokens_of(prompt_chars, cjk))
 
 
 @dataclass(frozen=True)
