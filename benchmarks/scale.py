@@ -1,5 +1,6 @@
-"""The whole harness at full scale: wall over the ideal, MLflow's share of it, peak RSS, store growth and
-a cached rerun's time and requests, each against its target (``TARGETS``).
+"""The whole harness at full scale: the first run's and a cached rerun's time end to end, peak RSS, store
+growth and the rerun's requests, each against its target (``TARGETS``); wall over the ideal and MLflow's
+share of it beside them.
 
 Generates (once, cached by seed) a synthetic release shaped like strict481 — 481 tasks
 over 214 documents, about 230 MB, English and Chinese, lengths spread like the release's
@@ -89,12 +90,14 @@ class Target:
     limit: float  #: the bound
 
 
+#: The targets in docs/reference/performance.md: first run and cached rerun no slower, end to end,
+#: than inspect_ai on the same release (33.8 s and 14.9 s, measured at 0.05 s latency and C=32:
+#: ``--latency-answer 0.05 --latency-judge 0.05 --concurrency 32``), both processes' peak RSS.
 TARGETS = (
-    Target("wall / ideal", "ratios.wall_over_ideal", "<=", 1.10),
-    Target("MLflow share of wall", "ratios.mlflow_share", "<=", 0.05),
-    Target("peak RSS (MB)", "ratios.peak_rss_mb", "<", 600),
+    Target("first run end to end (s), inspect_ai 33.8", "first.process_s", "<=", 33.8),
+    Target("cached rerun end to end (s), inspect_ai 14.9", "rerun.process_s", "<=", 14.9),
+    Target("peak RSS of both processes (MB)", "ratios.peak_rss_mb", "<=", 400),
     Target("rerun requests", "rerun.requests", "==", 0),
-    Target("rerun end to end (s)", "rerun.process_s", "<=", 10.0),
     Target("store growth of the second full run / corpus", "ratios.store_growth_over_corpus", "<", 0.25),
 )
 
@@ -504,7 +507,8 @@ def render(report: dict) -> str:
         f"endpoint: answers {report['latency_answer_s']} s at C={report['concurrency']}, {report['judges']} judges "
         f"{report['latency_judge_s']} s at C={report['judge_concurrency']} each"
         + (f"; overrides {' '.join(report['overrides'])}" if report["overrides"] else ""),
-        f"first run: wall {f['wall_s']:.2f} s vs ideal {report['ideal_s']:.2f} s = {_num(r['wall_over_ideal'])}x "
+        f"first run: {f['process_s']:.2f} s end to end; run() {f['wall_s']:.2f} s vs ideal {report['ideal_s']:.2f} s "
+        f"= {_num(r['wall_over_ideal'])}x "
         f"(pipeline {f['pipeline_s']:.2f} s = {_num(r['pipeline_over_ideal'])}x); {f['requests']} requests; "
         f"statuses {f['statuses']}",
         f"  harness CPU {f['cpu_s']:.2f} s = {_num(r['cpu_ms_per_request'])} ms/request "
