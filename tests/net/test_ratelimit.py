@@ -204,6 +204,24 @@ def test_a_search_probe_refused_doubles_the_pause():
     assert limit.delay_for(Cost(1000)) == pytest.approx(2.0)
 
 
+@pytest.mark.parametrize("status", [500, 503, 400, None])  # None: no answer at all (a dropped connection)
+def test_a_search_probe_that_ends_otherwise_lets_the_next_attempt_probe(status):
+    """A search sends one attempt at a time until one is admitted; one that ends in a server error or a
+    transport failure says nothing of the limit: the next attempt probes in its place, instead of
+    every attempt waiting for an answer that has come (a run stalled forever this way)."""
+    limit, clock = limiter(8, pause_base_s=0.5)
+    admit(limit, 1000, 4)
+    clock.advance(1.0)
+    limit.release(take(limit, 1000), 429, {})
+    clock.advance(1.0)
+    probe = take(limit, 1000)
+    assert limit.delay_for(Cost(1000)) is None  # one attempt of the search out
+    limit.release(probe, status, {})
+    assert limit.delay_for(Cost(1000)) == 0.0
+    limit.release(take(limit, 1000), 200, {})  # the next probe admitted: the rate is learned
+    assert limit.delay_for(Cost(1000)) is not None
+
+
 def test_a_first_429_late_in_a_run_pauses_for_its_last_wave_not_the_run():
     """Eight slots, an attempt admitted every 10 s for 1000 s, then a 429 without a hint: the
     search's first pause is as long as the last eight sends took (80 s, from the eighth-last at

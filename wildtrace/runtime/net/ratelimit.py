@@ -364,6 +364,12 @@ class _Learned:
                 else:
                     self.rate[unit] *= 1 + LEARNED_RAMP
 
+    def ended(self, grant: Grant) -> None:
+        """An attempt ended neither admitted nor refused (a server error, a dropped connection): it
+        taught nothing, and a search's next attempt probes in its place."""
+        if grant is self.probe:
+            self.probe = None
+
     def adopt(self, held: Mapping[str, float], held_s: float) -> None:
         """What every job on the key sent over a window, as the shared budget learned it: this job's
         rate is the endpoint's (the shared budget keeps the jobs under it together), not its own share."""
@@ -553,6 +559,8 @@ class AdaptiveLimit:
             self._throttle(grant, now, retry_hint(headers, payload, self._wall()))
         elif status is not None and 200 <= status < 300 and not grant.observed:
             self._succeed(grant)
+        elif not grant.observed:
+            self._learned.ended(grant)
         grant.observed = True
         self._wake()
 
