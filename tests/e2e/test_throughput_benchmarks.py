@@ -20,7 +20,9 @@ def test_the_throughput_benchmark_with_the_cache_on_a_slow_disk_stores_every_out
     # answers only: 4 calls, each stored; then each answer and its three judgments
     assert (answers["judges"], answers["calls"], answers["stored"]) == (0, 4, 4), answers
     assert (judged["judges"], judged["calls"], judged["stored"]) == (3, 16, 16), judged
-    assert answers["peak_in_flight"] == 2 and judged["peak_in_flight"] <= 2 * (1 + 3)  # each endpoint's bound
+    # each endpoint's bound, never above it (a run this short is all slow start: without rate headers, a
+    # streamed endpoint's first second of sends goes one after another's head, so it may stay at one)
+    assert 1 <= answers["peak_in_flight"] <= 2 and judged["peak_in_flight"] <= 2 * (1 + 3)
     for row in (answers, judged):
         assert row["cache"] is True and row["fsync_delay_s"] == 0.01
         assert row["wall_s"] >= 0.04 and row["ratio"] >= 1.0, row  # two waves of answers, each at least the latency
@@ -37,9 +39,12 @@ def test_the_floor_benchmark_runs_each_client_in_turn_and_reports_against_the_id
     # in turn, round by round
     assert [r["client"] for r in result["runs"]] == ["raw", "httpx", "wildtrace"] * 2
     for row in result["runs"]:
-        # every request reached the endpoint, at the bound and never above it, and no client beat the
+        # every request reached the endpoint, never above the bound (the bare clients at it; wildtrace's
+        # 0.3-s run is all slow start: its sends go one after another's head), and no client beat the
         # ideal: each slot's two requests wait the latency one after the other
-        assert (row["calls"], row["peak_in_flight"], row["ideal_s"]) == (6, 3, 0.1), row
+        assert (row["calls"], row["ideal_s"]) == (6, 0.1) and 1 <= row["peak_in_flight"] <= 3, row
+        if row["client"] != "wildtrace":
+            assert row["peak_in_flight"] == 3, row
         assert row["wall_s"] >= 0.1 and abs(row["ratio"] - row["wall_s"] / 0.1) < 0.006, row  # both rounded
     medians = result["median_ratio"]
     for kind in ("raw", "httpx", "wildtrace"):
